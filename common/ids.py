@@ -1,0 +1,61 @@
+"""Distinct id types and their deterministic derivations.
+
+Every id in fleet is derived from data already in the log (a spec digest, a group index, a
+per-cell dispatch count), never from a clock or a random source, so a replay of the log
+produces the same ids byte for byte. Types are NewTypes: free at run time, distinct for
+a type checker and for a reader.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import NewType
+
+RunId = NewType("RunId", str)
+TaskId = NewType("TaskId", str)
+SubjectId = NewType("SubjectId", str)
+CellId = NewType("CellId", str)
+GroupId = NewType("GroupId", str)
+WorkerId = NewType("WorkerId", str)
+AssignmentId = NewType("AssignmentId", str)
+AttemptId = NewType("AttemptId", str)
+Digest = NewType("Digest", str)  # "sha256:<64 hex>"
+
+RUN_ID_HEX_CHARS = 16
+DIGEST_PREFIX = "sha256:"
+
+
+def run_id_for(spec_canonical: str, policy_canonical: str) -> RunId:
+    """A run is named by what it freezes: the same spec and policy give the same id."""
+    h = hashlib.sha256()
+    h.update(spec_canonical.encode())
+    h.update(b"\0")
+    h.update(policy_canonical.encode())
+    return RunId("run-" + h.hexdigest()[:RUN_ID_HEX_CHARS])
+
+
+def group_id_for(task: TaskId, repetition: int) -> GroupId:
+    return GroupId(f"{task}/r{repetition}")
+
+
+def cell_id_for(task: TaskId, repetition: int, subject: SubjectId) -> CellId:
+    return CellId(f"{task}/r{repetition}/{subject}")
+
+
+def assignment_id_for(run: RunId, group: GroupId, generation: int) -> AssignmentId:
+    return AssignmentId(f"{run}:{group}:g{generation}")
+
+
+def attempt_id_for(run: RunId, cell: CellId, dispatch: int) -> AttemptId:
+    """`dispatch` counts the cell's dispatches from 1; with the run id it is unique forever."""
+    return AttemptId(f"{run}:{cell}:a{dispatch}")
+
+
+def sha256_digest(data: bytes) -> Digest:
+    return Digest(DIGEST_PREFIX + hashlib.sha256(data).hexdigest())
+
+
+def is_digest(text: str) -> bool:
+    if not text.startswith(DIGEST_PREFIX):
+        return False
+    hexpart = text[len(DIGEST_PREFIX):]
+    return len(hexpart) == 64 and all(c in "0123456789abcdef" for c in hexpart)

@@ -1,0 +1,55 @@
+"""Every named limit of fleet, with its unit last and where its number comes from.
+
+Relations between limits are checked at import time, so an edit that breaks one (a grace
+shorter than a few heartbeats) fails the first import instead of a run in production.
+"""
+from __future__ import annotations
+
+# Liveness defaults (policy may override per run, within the bounds below).
+HEARTBEAT_INTERVAL_MS_DEFAULT = 1_000
+# Three missed heartbeats before a worker gets no new work: one lost frame is not suspicion.
+SUSPECT_AFTER_MS_DEFAULT = 3 * HEARTBEAT_INTERVAL_MS_DEFAULT + 500
+# Expiry redispatches paid work, so it waits long enough for a short network blip.
+EXPIRE_AFTER_MS_DEFAULT = 15_000
+# After a coordinator restart workers need time to reconnect and reconcile.
+RECOVERY_GRACE_MS_DEFAULT = 30_000
+RETRY_BACKOFF_MS_DEFAULT = 1_000
+RETRY_BACKOFF_MAX_MS_DEFAULT = 60_000
+MAX_ATTEMPTS_PER_CELL_DEFAULT = 3
+# A group deadline is derived from the budget: subject and verifier time, times a factor for
+# the setup and cleanup the budget does not cover, plus a fixed slack.
+GROUP_DEADLINE_FACTOR = 2
+GROUP_DEADLINE_SLACK_MS = 60_000
+
+HEARTBEAT_INTERVAL_MS_MIN = 10
+HEARTBEAT_INTERVAL_MS_MAX = 60_000
+ATTEMPTS_PER_CELL_MAX = 100
+SLOTS_PER_WORKER_MAX = 1_024
+CELLS_PER_RUN_MAX = 2_000_000
+ID_CHARS_MAX = 200
+SCORE_ABS_MAX = 1e12
+
+# Wire and storage.
+CHUNK_BYTES_MAX = 1 << 20  # 1 MiB per upload chunk keeps a frame well under MESSAGE_BYTES_MAX.
+MESSAGE_BYTES_MAX = 8 << 20  # An assignment push of a large group, a spec of 100k cells compressed.
+SPEC_BYTES_MAX = 64 << 20  # Admin submit of a very large spec travels unary, not on a session.
+ARTIFACT_BYTES_MAX = 1 << 30  # One artifact file; larger logs should be compressed by the adapter.
+ARTIFACTS_PER_REPORT_MAX = 256
+OUTBOX_ENTRIES_MAX = 100_000
+UPLOADS_IN_FLIGHT_MAX = 4
+ACTOR_QUEUE_COMMANDS_MAX = 10_000
+COMMIT_BATCH_COMMANDS_MAX = 512
+SNAPSHOT_EVERY_RECORDS = 10_000
+SESSION_SEND_QUEUE_FRAMES_MAX = 1_000
+KEEPALIVE_TIME_MS = 20_000
+KEEPALIVE_TIMEOUT_MS = 10_000
+RECONNECT_BACKOFF_MS_MIN = 100
+RECONNECT_BACKOFF_MS_MAX = 10_000
+
+assert SUSPECT_AFTER_MS_DEFAULT >= 3 * HEARTBEAT_INTERVAL_MS_DEFAULT, "suspicion needs several missed beats"
+assert EXPIRE_AFTER_MS_DEFAULT > SUSPECT_AFTER_MS_DEFAULT, "expiry must follow suspicion"
+assert RECOVERY_GRACE_MS_DEFAULT >= EXPIRE_AFTER_MS_DEFAULT, "recovery grace covers a normal expiry"
+assert RETRY_BACKOFF_MAX_MS_DEFAULT >= RETRY_BACKOFF_MS_DEFAULT
+assert CHUNK_BYTES_MAX * 2 <= MESSAGE_BYTES_MAX, "a chunk plus its frame must fit one message"
+assert KEEPALIVE_TIMEOUT_MS < KEEPALIVE_TIME_MS
+assert RECONNECT_BACKOFF_MS_MIN < RECONNECT_BACKOFF_MS_MAX

@@ -1,0 +1,107 @@
+"""The run policy: timing, retries, admission. Frozen with the spec; part of the run id.
+
+camelCase JSON like the spec; every field has a default from common.limits, so `{}` is a
+valid policy. Unknown fields are refused, not ignored: a misspelt grace must not silently
+become the default.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from common import limits
+from common.spec import ExperimentSpec, SpecError, canonical_json
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    heartbeat_interval_ms: int = limits.HEARTBEAT_INTERVAL_MS_DEFAULT
+    suspect_after_ms: int = limits.SUSPECT_AFTER_MS_DEFAULT
+    expire_after_ms: int = limits.EXPIRE_AFTER_MS_DEFAULT
+    recovery_grace_ms: int = limits.RECOVERY_GRACE_MS_DEFAULT
+    retry_backoff_ms: int = limits.RETRY_BACKOFF_MS_DEFAULT
+    retry_backoff_max_ms: int = limits.RETRY_BACKOFF_MAX_MS_DEFAULT
+    max_attempts_per_cell: int = limits.MAX_ATTEMPTS_PER_CELL_DEFAULT
+    required_environment_id: str = ""  # empty: the first admitted worker pins it for the run
+    group_cpu_millis: int = 0  # reservation of one group, all its subjects and verification
+    group_memory_mb: int = 0
+    group_deadline_ms: int = 0  # 0: derived from the spec's budget (see group_deadline_for)
+
+    def canonical(self) -> str:
+        return canonical_json(self.document())
+
+    def document(self) -> dict[str, Any]:
+        return {_camel(f.name): getattr(self, f.name) for f in fields(self)}
+
+    def backoff_ms(self, failed_dispatches: int) -> int:
+        """Exponential from retry_backoff_ms, capped; 0 before the first failure."""
+        if failed_dispatches <= 0:
+            return 0
+        return min(self.retry_backoff_max_ms, self.retry_backoff_ms << min(failed_dispatches - 1, 30))
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+_BOUNDS: dict[str, tuple[int, int]] = {
+    "heartbeat_interval_ms": (limits.HEARTBEAT_INTERVAL_MS_MIN, limits.HEARTBEAT_INTERVAL_MS_MAX),
+    "suspect_after_ms": (1, 24 * 3600_000),
+    "expire_after_ms": (1, 7 * 24 * 3600_000),
+    "recovery_grace_ms": (0, 7 * 24 * 3600_000),
+    "retry_backoff_ms": (0, 24 * 3600_000),
+    "retry_backoff_max_ms": (0, 7 * 24 * 3600_000),
+    "max_attempts_per_cell": (1, limits.ATTEMPTS_PER_CELL_MAX),
+    "group_cpu_millis": (0, 1 << 30),
+    "group_memory_mb": (0, 1 << 30),
+    "group_deadline_ms": (0, 30 * 24 * 3600_000),
+}
+
+
+def parse_policy_text(text: str | bytes) -> Policy:
+    try:
+        document = json.loads(text) if text else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SpecError("policy", f"not JSON: {e}") from None
+    return parse_policy(document)
+
+
+def parse_policy(document: Any) -> Policy:
+    if not isinstance(document, dict):
+        raise SpecError("policy", "must be an object")
+    by_camel = {_camel(f.name): f.name for f in fields(Policy)}
+    values: dict[str, Any] = {}
+    for key, value in document.items():
+        if key not in by_camel:
+            raise SpecError(f"policy.{key}", f"unknown field (allowed: {', '.join(sorted(by_camel))})")
+        name = by_camel[key]
+        if name == "required_environment_id":
+            if not isinstance(value, str):
+                raise SpecError(f"policy.{key}", "must be a string")
+        else:
+            lo, hi = _BOUNDS[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise SpecError(f"policy.{key}", f"must be an integer between {lo} and {hi}")
+        values[name] = value
+    policy = Policy(**values)
+    if policy.suspect_after_ms < 2 * policy.heartbeat_interval_ms:
+        raise SpecError("policy.suspectAfterMs", "must be at least two heartbeat intervals")
+    if policy.expire_after_ms <= policy.suspect_after_ms:
+        raise SpecError("policy.expireAfterMs", "must exceed suspectAfterMs")
+    if policy.retry_backoff_max_ms < policy.retry_backoff_ms:
+        raise SpecError("policy.retryBackoffMaxMs", "must be at least retryBackoffMs")
+    return policy
+
+
+def group_deadline_for(spec: ExperimentSpec, policy: Policy) -> int:
+    """How long one dispatch of a group may take before the coordinator takes it back.
+
+    All subjects of a group start together, so the group needs one subject budget plus one
+    verification, with room for setup and cleanup.
+    """
+    if policy.group_deadline_ms:
+        return policy.group_deadline_ms
+    work_ms = spec.subject_timeout_ms + spec.verifier_timeout_ms
+    return limits.GROUP_DEADLINE_FACTOR * work_ms + limits.GROUP_DEADLINE_SLACK_MS

@@ -1,0 +1,158 @@
+"""Commands: facts in the past tense, each carrying the time it happened (`now_ms`).
+
+Two kinds. Durable commands change the durable state and are what the write-ahead log
+records; replaying them in order through `step` rebuilds that state exactly. Soft commands
+(`HeartbeatReceived`, `WorkerDisconnected`, `ClockTicked`) carry liveness, which is not worth
+a disk write; when one of them leads to a durable change, `step` returns that change as a
+derived durable command (`WorkerSuspected`, `WorkerResumed`, `WorkerExpired`,
+`TimeAdvanced`), and the log records the derived command instead of the soft one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.evidence import Report
+from common.ids import AssignmentId, AttemptId, CellId, Digest, RunId, WorkerId
+from common.policy import Policy
+from common.spec import ExperimentSpec
+
+
+@dataclass(frozen=True, slots=True)
+class RunSubmitted:
+    now_ms: int
+    run_id: RunId
+    spec: ExperimentSpec
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRegistered:
+    now_ms: int
+    worker_id: WorkerId
+    incarnation: int  # grows with every start of the worker process
+    slots: int
+    environment_id: str  # computed by the worker from what is installed
+    cpu_millis: int = 0  # what the VM offers; checked against the group reservation
+    memory_mb: int = 0
+    owned: tuple[AssignmentId, ...] = ()  # assignments the worker is still running
+    buffered: tuple[AttemptId, ...] = ()  # attempts whose reports wait in its outbox
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReceived:
+    now_ms: int
+    worker_id: WorkerId
+    owned: tuple[AssignmentId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDisconnected:
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class CellReported:
+    now_ms: int
+    worker_id: WorkerId
+    attempt_id: AttemptId
+    assignment_id: AssignmentId
+    generation: int
+    report: Report
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactStored:
+    now_ms: int
+    digest: Digest
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFinished:
+    """The worker is done with an assignment; attempts it never reported are lost."""
+
+    now_ms: int
+    worker_id: WorkerId
+    assignment_id: AssignmentId
+
+
+@dataclass(frozen=True, slots=True)
+class RunPaused:
+    now_ms: int
+    run_id: RunId
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecovered:
+    now_ms: int
+    run_id: RunId
+
+
+@dataclass(frozen=True, slots=True)
+class RunRepaired:
+    now_ms: int
+    run_id: RunId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CellRetryGranted:
+    now_ms: int
+    run_id: RunId
+    cell_id: CellId
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDrained:
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGone:
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class ClockTicked:
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorRecovered:
+    now_ms: int
+
+
+# Derived durable decisions: returned by `step` from soft commands, and replayed from the log.
+@dataclass(frozen=True, slots=True)
+class WorkerSuspected:
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerResumed:
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExpired:
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class TimeAdvanced:
+    now_ms: int
+
+
+Command = (
+    RunSubmitted | WorkerRegistered | HeartbeatReceived | WorkerDisconnected | CellReported
+    | ArtifactStored | GroupFinished | RunPaused | RunRecovered | RunRepaired | CellRetryGranted
+    | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
+    | WorkerResumed | WorkerExpired | TimeAdvanced
+)
+SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, ClockTicked)

@@ -53,3 +53,19 @@ assert RETRY_BACKOFF_MAX_MS_DEFAULT >= RETRY_BACKOFF_MS_DEFAULT
 assert CHUNK_BYTES_MAX * 2 <= MESSAGE_BYTES_MAX, "a chunk plus its frame must fit one message"
 assert KEEPALIVE_TIMEOUT_MS < KEEPALIVE_TIME_MS
 assert RECONNECT_BACKOFF_MS_MIN < RECONNECT_BACKOFF_MS_MAX
+
+# Worker state directory (worker/outbox.py): the durable outbox, assignments, incarnation.
+# The LMDB map is reserved address space, not disk: the file grows with the data. 16 GiB holds
+# OUTBOX_ENTRIES_MAX reports of ~100 KiB with room for assignments and dead letters.
+WORKER_STATE_MAP_BYTES = 16 << 30
+# A stored report or assignment came from, or goes into, one message.
+WORKER_RECORD_BYTES_MAX = MESSAGE_BYTES_MAX
+# A duplicate push of an old assignment comes from a reconnect within minutes; this many
+# finished ids cover days of a busy worker's groups.
+FINISHED_ASSIGNMENTS_KEPT_MAX = 10_000
+# Dead letters keep their artifact files for an operator; the oldest go first past this.
+DEAD_LETTERS_MAX = 10_000
+ARTIFACT_COPY_CHUNK_BYTES = 1 << 20
+
+assert WORKER_STATE_MAP_BYTES >= 8 * WORKER_RECORD_BYTES_MAX, "the map holds several records"
+assert WORKER_RECORD_BYTES_MAX <= MESSAGE_BYTES_MAX, "a stored record must fit one message"

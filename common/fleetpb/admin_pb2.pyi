@@ -1,0 +1,283 @@
+# Written by tools/gen_protos.py from protos/fleet/v1/admin.proto; do not edit, rerun the tool.
+from common.fleetpb import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
+    RUN_STATE_RUNNING: _ClassVar[RunState]
+    RUN_STATE_PAUSED: _ClassVar[RunState]
+    RUN_STATE_BLOCKED: _ClassVar[RunState]
+    RUN_STATE_COMPLETE: _ClassVar[RunState]
+    RUN_STATE_INCOMPLETE: _ClassVar[RunState]
+RUN_STATE_UNSPECIFIED: RunState
+RUN_STATE_RUNNING: RunState
+RUN_STATE_PAUSED: RunState
+RUN_STATE_BLOCKED: RunState
+RUN_STATE_COMPLETE: RunState
+RUN_STATE_INCOMPLETE: RunState
+
+class SubmitRunRequest(_message.Message):
+    __slots__ = ("spec_json", "policy_json", "run_id")
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    POLICY_JSON_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    spec_json: str
+    policy_json: str
+    run_id: str
+    def __init__(self, spec_json: _Optional[str] = ..., policy_json: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class SubmitRunResponse(_message.Message):
+    __slots__ = ("run_id", "created")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    created: bool
+    def __init__(self, run_id: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GroupCount(_message.Message):
+    __slots__ = ("state", "count")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    count: int
+    def __init__(self, state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class RunStatus(_message.Message):
+    __slots__ = ("run_id", "state", "blocked_reason", "group_counts", "cells_selected", "cells_incomplete", "cells_running", "peak_concurrent_groups", "slots_offered", "max_concurrent_groups", "cells_total")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_REASON_FIELD_NUMBER: _ClassVar[int]
+    GROUP_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    CELLS_SELECTED_FIELD_NUMBER: _ClassVar[int]
+    CELLS_INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
+    CELLS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    PEAK_CONCURRENT_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_OFFERED_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    CELLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    state: RunState
+    blocked_reason: str
+    group_counts: _containers.RepeatedCompositeFieldContainer[GroupCount]
+    cells_selected: int
+    cells_incomplete: int
+    cells_running: int
+    peak_concurrent_groups: int
+    slots_offered: int
+    max_concurrent_groups: int
+    cells_total: int
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., group_counts: _Optional[_Iterable[_Union[GroupCount, _Mapping]]] = ..., cells_selected: _Optional[int] = ..., cells_incomplete: _Optional[int] = ..., cells_running: _Optional[int] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., max_concurrent_groups: _Optional[int] = ..., cells_total: _Optional[int] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    status: str
+    incarnation: int
+    slots: int
+    busy_slots: int
+    last_heartbeat_age_ms: int
+    environment_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., status: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ..., environment_id: _Optional[str] = ...) -> None: ...
+
+class DeadLetterStatus(_message.Message):
+    __slots__ = ("worker_id", "attempt_id", "reason")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    attempt_id: str
+    reason: str
+    def __init__(self, worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("runs", "workers", "dead_letters")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[RunStatus]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    dead_letters: _containers.RepeatedCompositeFieldContainer[DeadLetterStatus]
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., dead_letters: _Optional[_Iterable[_Union[DeadLetterStatus, _Mapping]]] = ...) -> None: ...
+
+class GetResultsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class CellResult(_message.Message):
+    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens")
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_ORDER_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    cell_id: str
+    task_id: str
+    repetition: int
+    subject_id: str
+    state: str
+    score: float
+    status: _common_pb2.Status
+    attempt_id: str
+    worker_id: str
+    assignment_id: str
+    generation: int
+    dispatch_order: int
+    cost_usd: float
+    usage: _common_pb2.Usage
+    incomplete_reason: str
+    attempts: int
+    artifacts: _containers.RepeatedCompositeFieldContainer[_common_pb2.ArtifactRef]
+    unavailable: _containers.RepeatedCompositeFieldContainer[_common_pb2.ArtifactUnavailable]
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
+
+class Summary(_message.Message):
+    __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports")
+    SELECTED_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    USAGE_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_REASON_FIELD_NUMBER: _ClassVar[int]
+    PEAK_CONCURRENT_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_OFFERED_FIELD_NUMBER: _ClassVar[int]
+    LATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    selected: int
+    incomplete: int
+    observed_cost_usd: float
+    usage_complete: bool
+    state: RunState
+    blocked_reason: str
+    peak_concurrent_groups: int
+    slots_offered: int
+    late_reports: int
+    def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ...) -> None: ...
+
+class GetResultsResponse(_message.Message):
+    __slots__ = ("cells", "summary")
+    CELLS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    cells: _containers.RepeatedCompositeFieldContainer[CellResult]
+    summary: Summary
+    def __init__(self, cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ...) -> None: ...
+
+class PauseRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class RecoverRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class RepairRunRequest(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RetryCellRequest(_message.Message):
+    __slots__ = ("run_id", "cell_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    cell_id: str
+    def __init__(self, run_id: _Optional[str] = ..., cell_id: _Optional[str] = ...) -> None: ...
+
+class DrainWorkerRequest(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+
+class ActionResponse(_message.Message):
+    __slots__ = ("outcome", "rejection", "detail")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REJECTION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    outcome: _common_pb2.AckOutcome
+    rejection: _common_pb2.RejectionReason
+    detail: str
+    def __init__(self, outcome: _Optional[_Union[_common_pb2.AckOutcome, str]] = ..., rejection: _Optional[_Union[_common_pb2.RejectionReason, str]] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("at_ms", "event", "run_id", "subject", "detail")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    event: str
+    run_id: str
+    subject: str
+    detail: str
+    def __init__(self, at_ms: _Optional[int] = ..., event: _Optional[str] = ..., run_id: _Optional[str] = ..., subject: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class GetArtifactRequest(_message.Message):
+    __slots__ = ("digest",)
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    def __init__(self, digest: _Optional[str] = ...) -> None: ...
+
+class ArtifactChunk(_message.Message):
+    __slots__ = ("offset", "data", "total_length")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    total_length: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., total_length: _Optional[int] = ...) -> None: ...

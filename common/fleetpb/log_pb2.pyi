@@ -1,0 +1,177 @@
+# Written by tools/gen_protos.py from protos/fleet/v1/log.proto; do not edit, rerun the tool.
+from common.fleetpb import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LogRecord(_message.Message):
+    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced")
+    class RunSubmitted(_message.Message):
+        __slots__ = ("run_id", "spec", "policy")
+        RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        SPEC_FIELD_NUMBER: _ClassVar[int]
+        POLICY_FIELD_NUMBER: _ClassVar[int]
+        run_id: str
+        spec: str
+        policy: str
+        def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[str] = ..., policy: _Optional[str] = ...) -> None: ...
+    class WorkerRegistered(_message.Message):
+        __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered")
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        INCARNATION_FIELD_NUMBER: _ClassVar[int]
+        SLOTS_FIELD_NUMBER: _ClassVar[int]
+        ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+        CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+        MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+        OWNED_FIELD_NUMBER: _ClassVar[int]
+        BUFFERED_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        incarnation: int
+        slots: int
+        environment_id: str
+        cpu_millis: int
+        memory_mb: int
+        owned: _containers.RepeatedScalarFieldContainer[str]
+        buffered: _containers.RepeatedScalarFieldContainer[str]
+        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., environment_id: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., owned: _Optional[_Iterable[str]] = ..., buffered: _Optional[_Iterable[str]] = ...) -> None: ...
+    class CellReported(_message.Message):
+        __slots__ = ("worker_id", "attempt_id", "assignment_id", "generation", "report")
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+        ASSIGNMENT_ID_FIELD_NUMBER: _ClassVar[int]
+        GENERATION_FIELD_NUMBER: _ClassVar[int]
+        REPORT_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        attempt_id: str
+        assignment_id: str
+        generation: int
+        report: _common_pb2.Report
+        def __init__(self, worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., report: _Optional[_Union[_common_pb2.Report, _Mapping]] = ...) -> None: ...
+    class ArtifactStored(_message.Message):
+        __slots__ = ("digest", "size_bytes")
+        DIGEST_FIELD_NUMBER: _ClassVar[int]
+        SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+        digest: str
+        size_bytes: int
+        def __init__(self, digest: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+    class GroupFinished(_message.Message):
+        __slots__ = ("worker_id", "assignment_id")
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        ASSIGNMENT_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        assignment_id: str
+        def __init__(self, worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ...) -> None: ...
+    class RunPaused(_message.Message):
+        __slots__ = ("run_id",)
+        RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        run_id: str
+        def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    class RunRecovered(_message.Message):
+        __slots__ = ("run_id",)
+        RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        run_id: str
+        def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    class RunRepaired(_message.Message):
+        __slots__ = ("run_id", "reason")
+        RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        REASON_FIELD_NUMBER: _ClassVar[int]
+        run_id: str
+        reason: str
+        def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    class CellRetryGranted(_message.Message):
+        __slots__ = ("run_id", "cell_id")
+        RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        CELL_ID_FIELD_NUMBER: _ClassVar[int]
+        run_id: str
+        cell_id: str
+        def __init__(self, run_id: _Optional[str] = ..., cell_id: _Optional[str] = ...) -> None: ...
+    class WorkerDrained(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class WorkerGone(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class CoordinatorRecovered(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class WorkerSuspected(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class WorkerResumed(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class WorkerExpired(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class TimeAdvanced(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    RUN_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    CELL_REPORTED_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_STORED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    RUN_PAUSED_FIELD_NUMBER: _ClassVar[int]
+    RUN_RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    RUN_REPAIRED_FIELD_NUMBER: _ClassVar[int]
+    CELL_RETRY_GRANTED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_DRAINED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_GONE_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_SUSPECTED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_RESUMED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    TIME_ADVANCED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    now_ms: int
+    run_submitted: LogRecord.RunSubmitted
+    worker_registered: LogRecord.WorkerRegistered
+    cell_reported: LogRecord.CellReported
+    artifact_stored: LogRecord.ArtifactStored
+    group_finished: LogRecord.GroupFinished
+    run_paused: LogRecord.RunPaused
+    run_recovered: LogRecord.RunRecovered
+    run_repaired: LogRecord.RunRepaired
+    cell_retry_granted: LogRecord.CellRetryGranted
+    worker_drained: LogRecord.WorkerDrained
+    worker_gone: LogRecord.WorkerGone
+    coordinator_recovered: LogRecord.CoordinatorRecovered
+    worker_suspected: LogRecord.WorkerSuspected
+    worker_resumed: LogRecord.WorkerResumed
+    worker_expired: LogRecord.WorkerExpired
+    time_advanced: LogRecord.TimeAdvanced
+    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ...) -> None: ...
+
+class LogEntry(_message.Message):
+    __slots__ = ("record", "crc32")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
+    record: bytes
+    crc32: int
+    def __init__(self, record: _Optional[bytes] = ..., crc32: _Optional[int] = ...) -> None: ...
+
+class Snapshot(_message.Message):
+    __slots__ = ("last_index", "state", "crc32")
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
+    last_index: int
+    state: bytes
+    crc32: int
+    def __init__(self, last_index: _Optional[int] = ..., state: _Optional[bytes] = ..., crc32: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,118 @@
+"""Invariants of the contract, checked over a whole state (for tests and the simulation).
+
+`check(state)` returns the violations as sentences; `Monitor` also checks what holds
+between states: a selected result never changes, attempt ids are never reused. Costs in
+proportion to the state: not for the daemon's hot path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.evidence import is_selectable
+from coordinator.core.state import GroupStatus, State, WorkerStatus
+
+
+def check(state: State) -> list[str]:
+    bad: list[str] = []
+    per_worker: dict[str, int] = {}
+    owners: dict[tuple[str, int], str] = {}
+    for a in state.assignments.values():
+        run = state.runs[a.run_id]
+        group = run.groups[a.group_index]
+        for tid in a.attempts:
+            t = state.attempts[tid]
+            if run.cells[t.cell_id].group_index != a.group_index:
+                bad.append(f"attempt {tid} of {a.assignment_id} is not of its group")
+            if t.assignment_id != a.assignment_id or t.generation != a.generation:
+                bad.append(f"attempt {tid} does not point back at {a.assignment_id}")
+        if a.authoritative:
+            key = (a.run_id, a.group_index)
+            if key in owners:
+                bad.append(f"group {group.group_id} has two authoritative owners: {owners[key]} and {a.assignment_id}")
+            owners[key] = a.assignment_id
+            per_worker[a.worker_id] = per_worker.get(a.worker_id, 0) + 1
+            if group.assignment != a.assignment_id or group.status != GroupStatus.ASSIGNED:
+                bad.append(f"group {group.group_id} does not record its owner {a.assignment_id}")
+            if a.assignment_id not in state.workers[a.worker_id].assignments:
+                bad.append(f"worker {a.worker_id} does not record {a.assignment_id}")
+            unreported = sum(1 for tid in a.attempts if state.attempts[tid].report is None)
+            if unreported != a.unreported:
+                bad.append(f"{a.assignment_id} counts {a.unreported} unreported, has {unreported}")
+            if a.generation != group.generation:
+                bad.append(f"{a.assignment_id} generation {a.generation} is not the group's {group.generation}")
+    for wid, n in per_worker.items():
+        w = state.workers[wid]
+        if n > w.slots:
+            bad.append(f"worker {wid} holds {n} groups with {w.slots} slots")
+        if len(w.assignments) != n:
+            bad.append(f"worker {wid} lists {len(w.assignments)} assignments, holds {n}")
+    for wid, w in state.workers.items():
+        if wid not in per_worker and w.assignments:
+            bad.append(f"worker {wid} lists assignments it does not hold")
+        free = w.status == WorkerStatus.ACTIVE and not w.draining and len(w.assignments) < w.slots
+        if free != (wid in state.free_workers):
+            bad.append(f"worker {wid} free-list membership is wrong")
+    active_slots = sum(w.slots for w in state.workers.values() if w.status == WorkerStatus.ACTIVE)
+    if active_slots != state.slots_active:
+        bad.append(f"slots_active {state.slots_active} != {active_slots}")
+    for run in state.runs.values():
+        active = sum(1 for (r, _g) in owners if r == run.run_id)
+        if active != run.active:
+            bad.append(f"run {run.run_id} counts {run.active} active, has {active}")
+        if active > run.spec.max_concurrent_groups:
+            bad.append(f"run {run.run_id} has {active} groups running over its cap {run.spec.max_concurrent_groups}")
+        settled = 0
+        queued = set(run.ready) | {i for _, i in run.backoff}
+        for group in run.groups:
+            if group.status == GroupStatus.SETTLED:
+                settled += 1
+            if (group.status == GroupStatus.WAITING) != (group.index in queued):
+                bad.append(f"group {group.group_id} waiting={group.status == GroupStatus.WAITING} "
+                           f"but queued={group.index in queued}")
+            pending = 0
+            for cid in group.cells:
+                cell = run.cells[cid]
+                limit = run.max_attempts(cell)
+                if len(cell.attempts) > limit:
+                    bad.append(f"cell {cid} has {len(cell.attempts)} attempts over its limit {limit}")
+                orders = [state.attempts[t].dispatch_order for t in cell.attempts]
+                if orders != sorted(orders) or len(set(orders)) != len(orders):
+                    bad.append(f"cell {cid} attempts are not in dispatch order")
+                if cell.selected is not None:
+                    t = state.attempts[cell.selected]
+                    if t.cell_id != cid or t.report is None or not is_selectable(t.report) or t.late:
+                        bad.append(f"cell {cid} selected {cell.selected} without selectable authoritative evidence")
+                elif len(cell.attempts) < limit:
+                    pending += 1
+            if group.status == GroupStatus.SETTLED and pending:
+                bad.append(f"group {group.group_id} settled with {pending} cells still to run")
+            if group.status == GroupStatus.WAITING and not pending:
+                bad.append(f"group {group.group_id} waits with nothing to run")
+        if settled != run.settled_groups:
+            bad.append(f"run {run.run_id} counts {run.settled_groups} settled groups, has {settled}")
+    return bad
+
+
+@dataclass
+class Monitor:
+    """Checks across steps: selections are immutable, attempt ids unique forever."""
+
+    selected: dict[str, str] = field(default_factory=dict)
+    attempts_seen: dict[str, str] = field(default_factory=dict)
+
+    def observe(self, state: State) -> list[str]:
+        bad = check(state)
+        for run in state.runs.values():
+            for cell in run.cells.values():
+                if cell.selected is None:
+                    if cell.cell_id in self.selected:
+                        bad.append(f"cell {cell.cell_id} lost its selected result {self.selected[cell.cell_id]}")
+                    continue
+                before = self.selected.setdefault(cell.cell_id, cell.selected)
+                if before != cell.selected:
+                    bad.append(f"cell {cell.cell_id} selection changed from {before} to {cell.selected}")
+        for tid, t in state.attempts.items():
+            before = self.attempts_seen.setdefault(tid, t.cell_id)
+            if before != t.cell_id:
+                bad.append(f"attempt id {tid} reused")
+        return bad

@@ -1,0 +1,743 @@
+"""The pure transition function of the fleet contract: `step(state, command)`.
+
+Rules, in the order they matter:
+1. Validate, then change. Every handler checks the whole command before it writes anything,
+   so a rejected command returns a rejection and leaves the state exactly as it was.
+2. No I/O, no clock, no randomness: time arrives as `command.now_ms`, ids are derived from
+   the log (common.ids). The simulation, the daemon and recovery all drive this one function.
+3. Durable decisions depend only on durable state. Liveness (`state.soft`) may trigger a
+   decision (suspicion, expiry), but the decision is returned as a durable command of its
+   own and that is what the log records and replays; a soft command never changes durable
+   state directly.
+4. Capacity: a group is dispatched only when its run has fewer authoritative assignments
+   than `maxConcurrentTaskGroups` and a worker has a free slot. Dispatch happens inside
+   the step that frees capacity or adds work, so the shell never polls.
+5. Results: only an authoritative attempt with selectable evidence is selected, at most one
+   per cell, and a selection never changes. Everything else is kept as evidence.
+6. Cost: a step touches what it changes; nothing here iterates over all cells of a run,
+   except submitting the run itself.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+from common import limits
+from common.evidence import Report, evidence_problem, expected_status, is_selectable
+from common.ids import AssignmentId, RunId, WorkerId, assignment_id_for, attempt_id_for, is_digest
+from common.policy import Policy, group_deadline_for
+from common.rejections import Rejection
+from coordinator.core import commands as c
+from coordinator.core.effects import (
+    ACCEPTED,
+    DUPLICATE,
+    LATE,
+    CellDispatch,
+    Effect,
+    Emit,
+    NotifyRunState,
+    Outcome,
+    PushAssignment,
+    RevokeAssignment,
+    Transition,
+    rejected,
+)
+from coordinator.core.state import (
+    AssignmentState,
+    AttemptState,
+    CellState,
+    GroupState,
+    GroupStatus,
+    RunState,
+    State,
+    WorkerState,
+    WorkerStatus,
+)
+
+Fx = list[Effect]
+DEFAULT_POLICY = Policy()
+
+
+def new_state() -> State:
+    return State()
+
+
+def step(state: State, command: object) -> tuple[State, Transition]:
+    """Apply one command. Returns the state (the same object, changed in place only when the
+    command was accepted) and what the command produced."""
+    handler = _HANDLERS.get(type(command))
+    assert handler is not None, f"no handler for {type(command).__name__}"
+    return state, handler(state, command)
+
+
+def is_soft(command: object) -> bool:
+    return isinstance(command, c.SOFT_COMMANDS)
+
+
+# --- durable command handlers: each returns an Outcome and appends effects -------------------
+
+def _durable(fn: Callable[[State, object, Fx], Outcome]) -> Callable[[State, object], Transition]:
+    def run(state: State, command: object) -> Transition:
+        fx: Fx = []
+        before = state.version
+        outcome = fn(state, command, fx)
+        assert outcome.ok or state.version == before, "a rejected command changed the state"
+        return Transition(outcome, tuple(fx), (command,) if state.version != before else ())
+
+    return run
+
+
+def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
+    existing = state.runs.get(cmd.run_id)
+    if existing is not None:
+        if existing.spec.canonical == cmd.spec.canonical and existing.policy == cmd.policy:
+            return DUPLICATE
+        return rejected(Rejection.SPEC_CONFLICT,
+                        f"run {cmd.run_id} is frozen with a different spec or policy")
+    spec = cmd.spec
+    groups: list[GroupState] = []
+    cells: dict = {}
+    group_by_id: dict = {}
+    for index in range(spec.group_count):
+        group_id = spec.group_id(index)
+        cell_ids = spec.cell_ids(index)
+        groups.append(GroupState(index, group_id, cell_ids))
+        group_by_id[group_id] = index
+        for cell_id, subject in zip(cell_ids, spec.subjects):
+            cells[cell_id] = CellState(cell_id, index, subject.id)
+    state.runs[cmd.run_id] = RunState(
+        run_id=cmd.run_id, spec=spec, policy=cmd.policy, submitted_ms=cmd.now_ms,
+        group_deadline_ms=group_deadline_for(spec, cmd.policy),
+        environment_id=cmd.policy.required_environment_id,
+        groups=groups, cells=cells, group_by_id=group_by_id,
+        ready=list(range(len(groups))),  # ascending, hence already a heap
+    )
+    state.version += 1
+    fx.append(Emit("run_submitted", cmd.run_id, cmd.run_id,
+                   f"{spec.group_count} groups, {spec.cell_count} cells"))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome:
+    if not cmd.worker_id or len(cmd.worker_id) > limits.ID_CHARS_MAX:
+        return rejected(Rejection.MALFORMED_FRAME, "worker id is empty or too long")
+    if not 1 <= cmd.slots <= limits.SLOTS_PER_WORKER_MAX:
+        return rejected(Rejection.CAPACITY_INVALID,
+                        f"slots must be between 1 and {limits.SLOTS_PER_WORKER_MAX}, not {cmd.slots}")
+    if not cmd.environment_id:
+        return rejected(Rejection.ENVIRONMENT_MISMATCH, "the worker sent no environment identity")
+    existing = state.workers.get(cmd.worker_id)
+    if existing is not None and cmd.incarnation < existing.incarnation:
+        return rejected(Rejection.INCARNATION_STALE,
+                        f"incarnation {cmd.incarnation} is older than the registered {existing.incarnation}")
+    problem = _admission_problem(state, cmd)
+    if problem is not None:
+        return problem
+
+    if existing is None:
+        worker = WorkerState(cmd.worker_id, cmd.incarnation, cmd.slots, cmd.environment_id,
+                             cmd.cpu_millis, cmd.memory_mb, WorkerStatus.ACTIVE, cmd.now_ms)
+        state.workers[cmd.worker_id] = worker
+        state.slots_active += worker.slots
+        held: dict = {}
+    else:
+        worker = existing
+        held = _reconcile(state, worker, cmd, fx)
+        if worker.status == WorkerStatus.ACTIVE:
+            state.slots_active -= worker.slots
+        if cmd.incarnation != worker.incarnation:
+            worker.draining = False  # a drain ends with the process that was drained
+        worker.incarnation, worker.slots = cmd.incarnation, cmd.slots
+        worker.environment_id, worker.cpu_millis, worker.memory_mb = (
+            cmd.environment_id, cmd.cpu_millis, cmd.memory_mb)
+        worker.registered_ms = cmd.now_ms
+        worker.status = WorkerStatus.ACTIVE
+        state.slots_active += worker.slots
+    for aid in cmd.owned:
+        if aid not in held:
+            fx.append(RevokeAssignment(worker.worker_id, aid, _revoke_reason(state, aid, worker.worker_id)))
+    state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
+    state.version += 1
+    for run in state.runs.values():
+        if not run.settled and run.peak_slots_offered < state.slots_active:
+            run.peak_slots_offered = state.slots_active
+    _refresh_free(state, worker)
+    fx.append(Emit("worker_registered", None, worker.worker_id,
+                   f"incarnation {worker.incarnation}, {worker.slots} slots, {worker.environment_id}"))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _admission_problem(state: State, cmd: c.WorkerRegistered) -> Outcome | None:
+    """Environment and capacity admission against every run that still has work."""
+    open_runs = [r for r in state.runs.values() if not r.settled]
+    if not open_runs:
+        return None
+    matching = [r for r in open_runs if not r.environment_id or r.environment_id == cmd.environment_id]
+    if not matching:
+        wants = ", ".join(f"{r.run_id} requires {r.environment_id}" for r in open_runs)
+        return rejected(Rejection.ENVIRONMENT_MISMATCH,
+                        f"worker environment {cmd.environment_id} matches no open run ({wants})")
+    for run in matching:
+        if _fits(run.policy, cmd.slots, cmd.cpu_millis, cmd.memory_mb):
+            return None
+    p = matching[0].policy
+    return rejected(Rejection.CAPACITY_INVALID,
+                    f"{cmd.slots} slots need {cmd.slots * p.group_cpu_millis} cpu millis and "
+                    f"{cmd.slots * p.group_memory_mb} MB; the worker offers {cmd.cpu_millis} and {cmd.memory_mb}")
+
+
+def _fits(policy: Policy, slots: int, cpu_millis: int, memory_mb: int) -> bool:
+    return slots * policy.group_cpu_millis <= cpu_millis and slots * policy.group_memory_mb <= memory_mb
+
+
+def _reconcile(state: State, worker: WorkerState, cmd: c.WorkerRegistered, fx: Fx) -> dict:
+    """Keep the assignments the worker still runs or has buffered reports for; release the rest.
+    Returns the kept assignment ids."""
+    owned = dict.fromkeys(cmd.owned)
+    buffered_in: dict = {}
+    for tid in cmd.buffered:
+        attempt = state.attempts.get(tid)
+        if attempt is not None and attempt.worker_id == worker.worker_id:
+            buffered_in[attempt.assignment_id] = None
+    kept: dict = {}
+    for aid in list(worker.assignments):
+        if aid in owned or aid in buffered_in:
+            kept[aid] = None
+        else:
+            _release(state, state.assignments[aid], cmd.now_ms, "not held by the worker when it reconnected", fx)
+    return kept
+
+
+def _revoke_reason(state: State, aid: AssignmentId, worker_id: WorkerId) -> str:
+    a = state.assignments.get(aid)
+    if a is None:
+        return "unknown assignment"
+    if a.worker_id != worker_id:
+        return "assignment belongs to another worker"
+    return f"superseded: {a.ended_reason or 'no longer authoritative'}"
+
+
+def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
+    if cmd.worker_id not in state.workers:
+        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} has not registered")
+    attempt = state.attempts.get(cmd.attempt_id)
+    if attempt is None:
+        return rejected(Rejection.UNKNOWN_ATTEMPT, f"attempt {cmd.attempt_id} was never dispatched")
+    if attempt.worker_id != cmd.worker_id:
+        return rejected(Rejection.NOT_OWNER, f"attempt {cmd.attempt_id} belongs to worker {attempt.worker_id}")
+    if attempt.assignment_id != cmd.assignment_id or attempt.generation != cmd.generation:
+        return rejected(Rejection.GENERATION_MISMATCH,
+                        f"attempt {cmd.attempt_id} belongs to {attempt.assignment_id} generation "
+                        f"{attempt.generation}, not {cmd.assignment_id} generation {cmd.generation}")
+    report = cmd.report
+    problem = evidence_problem(report)
+    if problem:
+        return rejected(Rejection.INVALID_EVIDENCE, problem)
+    want = expected_status(report)
+    if report.status != want:
+        return rejected(Rejection.STATUS_CONTRADICTS_EVIDENCE,
+                        f"status {report.status.name} but the evidence says {want.name}")
+    if attempt.report is not None:
+        if attempt.report == report:
+            return LATE if attempt.late else DUPLICATE
+        return rejected(Rejection.CONFLICTING_REPORT, f"attempt {cmd.attempt_id} already has a different report")
+    for ref in report.artifacts:
+        if ref.digest not in state.artifacts:
+            return rejected(Rejection.ARTIFACT_MISSING, f"artifact {ref.name} ({ref.digest}) is not stored")
+        if state.artifacts[ref.digest] != ref.size_bytes:
+            return rejected(Rejection.INVALID_EVIDENCE,
+                            f"artifact {ref.name} is {state.artifacts[ref.digest]} bytes, not {ref.size_bytes}")
+
+    attempt.report = report
+    attempt.reported_ms = cmd.now_ms
+    state.version += 1
+    assignment = state.assignments[attempt.assignment_id]
+    run = state.runs[attempt.run_id]
+    if not assignment.authoritative:
+        attempt.late = True
+        run.late_reports += 1
+        fx.append(Emit("late_report", run.run_id, attempt.attempt_id, assignment.ended_reason))
+        return LATE
+    assignment.unreported -= 1
+    cell = run.cells[attempt.cell_id]
+    if is_selectable(report) and cell.selected is None:
+        cell.selected = attempt.attempt_id
+        fx.append(Emit("cell_selected", run.run_id, cell.cell_id, f"score {report.score}"))
+    elif not is_selectable(report):
+        fx.append(Emit("cell_retryable", run.run_id, cell.cell_id, f"{report.status.name}: {report.detail}"))
+    if report.environment_failure and not run.blocked_reason:
+        run.blocked_reason = report.environment_failure
+        fx.append(NotifyRunState(run.run_id, run.paused, run.blocked_reason))
+        fx.append(Emit("run_blocked", run.run_id, cell.cell_id, report.environment_failure))
+    if assignment.unreported == 0:
+        _release(state, assignment, cmd.now_ms, "completed", fx)
+        _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _artifact_stored(state: State, cmd: c.ArtifactStored, fx: Fx) -> Outcome:
+    if not is_digest(cmd.digest) or cmd.size_bytes < 0:
+        return rejected(Rejection.MALFORMED_FRAME, f"malformed digest or size: {cmd.digest!r} {cmd.size_bytes}")
+    if cmd.digest in state.artifacts:
+        return DUPLICATE
+    state.artifacts[cmd.digest] = cmd.size_bytes
+    state.version += 1
+    return ACCEPTED
+
+
+def _group_finished(state: State, cmd: c.GroupFinished, fx: Fx) -> Outcome:
+    if cmd.worker_id not in state.workers:
+        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} has not registered")
+    assignment = state.assignments.get(cmd.assignment_id)
+    if assignment is None:
+        return rejected(Rejection.UNKNOWN_ASSIGNMENT, f"assignment {cmd.assignment_id} does not exist")
+    if assignment.worker_id != cmd.worker_id:
+        return rejected(Rejection.NOT_OWNER, f"assignment {cmd.assignment_id} belongs to {assignment.worker_id}")
+    if not assignment.authoritative:
+        return DUPLICATE
+    _release(state, assignment, cmd.now_ms, "finished by the worker", fx)
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _run_paused(state: State, cmd: c.RunPaused, fx: Fx) -> Outcome:
+    run = state.runs.get(cmd.run_id)
+    if run is None:
+        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+    if run.paused:
+        return DUPLICATE
+    run.paused = True
+    state.version += 1
+    fx.append(NotifyRunState(run.run_id, True, run.blocked_reason))
+    fx.append(Emit("run_paused", run.run_id, run.run_id))
+    return ACCEPTED
+
+
+def _run_recovered(state: State, cmd: c.RunRecovered, fx: Fx) -> Outcome:
+    run = state.runs.get(cmd.run_id)
+    if run is None:
+        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+    if not run.paused:
+        return rejected(Rejection.RUN_NOT_PAUSED, f"run {cmd.run_id} is not paused")
+    run.paused = False
+    run.recovered_ms = cmd.now_ms
+    state.version += 1
+    # The pause froze expiry; a fresh liveness window keeps the outage from expiring everyone.
+    for wid in state.workers:
+        state.soft.last_heard_ms[wid] = max(state.soft.last_heard_ms.get(wid, 0), cmd.now_ms)
+    fx.append(NotifyRunState(run.run_id, False, run.blocked_reason))
+    fx.append(Emit("run_recovered", run.run_id, run.run_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _run_repaired(state: State, cmd: c.RunRepaired, fx: Fx) -> Outcome:
+    run = state.runs.get(cmd.run_id)
+    if run is None:
+        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+    if not run.blocked_reason:
+        return rejected(Rejection.RUN_NOT_BLOCKED, f"run {cmd.run_id} is not blocked")
+    if cmd.reason != run.blocked_reason:
+        return rejected(Rejection.REPAIR_REASON_MISMATCH,
+                        f"run {cmd.run_id} is blocked by {run.blocked_reason!r}, not {cmd.reason!r}")
+    run.blocked_reason = ""
+    state.version += 1
+    fx.append(NotifyRunState(run.run_id, run.paused, ""))
+    fx.append(Emit("run_repaired", run.run_id, run.run_id, cmd.reason))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcome:
+    run = state.runs.get(cmd.run_id)
+    if run is None:
+        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+    cell = run.cells.get(cmd.cell_id)
+    if cell is None:
+        return rejected(Rejection.UNKNOWN_CELL, f"run {cmd.run_id} has no cell {cmd.cell_id}")
+    group = run.groups[cell.group_index]
+    if cell.selected is not None:
+        return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} already has a selected result")
+    if group.status == GroupStatus.ASSIGNED:
+        return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} is running")
+    if len(cell.attempts) < run.max_attempts(cell):
+        return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} still has attempts left")
+    cell.grants += 1
+    state.version += 1
+    if group.status == GroupStatus.SETTLED:
+        run.settled_groups -= 1
+        group.status = GroupStatus.WAITING
+        group.eligible_ms = cmd.now_ms
+        heapq.heappush(run.ready, group.index)
+    fx.append(Emit("cell_retry_granted", run.run_id, cell.cell_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _worker_drained(state: State, cmd: c.WorkerDrained, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+    if worker.status == WorkerStatus.GONE:
+        return rejected(Rejection.WORKER_NOT_ACTIVE, f"worker {cmd.worker_id} is gone")
+    if worker.draining:
+        return DUPLICATE
+    worker.draining = True
+    state.version += 1
+    _refresh_free(state, worker)
+    fx.append(Emit("worker_draining", None, worker.worker_id))
+    return ACCEPTED
+
+
+def _worker_gone(state: State, cmd: c.WorkerGone, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+    if worker.status == WorkerStatus.GONE:
+        return DUPLICATE
+    for aid in list(worker.assignments):
+        _release(state, state.assignments[aid], cmd.now_ms, "worker gone", fx)
+    _set_status(state, worker, WorkerStatus.GONE)
+    state.version += 1
+    fx.append(Emit("worker_gone", None, worker.worker_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _coordinator_recovered(state: State, cmd: c.CoordinatorRecovered, fx: Fx) -> Outcome:
+    timing = _timing(state)
+    for worker in state.workers.values():
+        if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING):
+            _set_status(state, worker, WorkerStatus.RECONCILING)
+        # Expiry fires `recovery_grace_ms` from now unless the worker says hello first.
+        state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms + timing.recovery_grace_ms - timing.expire_after_ms
+    state.recovered_ms = cmd.now_ms
+    state.recovery_grace_ms = timing.recovery_grace_ms
+    state.version += 1
+    fx.append(Emit("coordinator_recovered", None, "", f"{len(state.workers)} workers to reconcile"))
+    return ACCEPTED
+
+
+def _worker_suspected(state: State, cmd: c.WorkerSuspected, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+    if worker.status != WorkerStatus.ACTIVE:
+        return DUPLICATE
+    _set_status(state, worker, WorkerStatus.SUSPECTED)
+    state.version += 1
+    fx.append(Emit("worker_suspected", None, worker.worker_id))
+    return ACCEPTED
+
+
+def _worker_resumed(state: State, cmd: c.WorkerResumed, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+    if worker.status != WorkerStatus.SUSPECTED:
+        return DUPLICATE
+    _set_status(state, worker, WorkerStatus.ACTIVE)
+    state.version += 1
+    fx.append(Emit("worker_resumed", None, worker.worker_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _worker_expired(state: State, cmd: c.WorkerExpired, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+    if worker.status not in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING):
+        return DUPLICATE
+    for aid in list(worker.assignments):
+        _release(state, state.assignments[aid], cmd.now_ms, "worker expired", fx)
+        fx.append(RevokeAssignment(worker.worker_id, aid, "worker expired"))
+    _set_status(state, worker, WorkerStatus.EXPIRED)
+    state.version += 1
+    fx.append(Emit("worker_expired", None, worker.worker_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _time_advanced(state: State, cmd: c.TimeAdvanced, fx: Fx) -> Outcome:
+    now = cmd.now_ms
+    deferred: list[tuple[int, AssignmentId]] = []
+    in_grace = now < state.recovered_ms + state.recovery_grace_ms
+    while state.deadlines and state.deadlines[0][0] <= now:
+        entry = heapq.heappop(state.deadlines)
+        assignment = state.assignments[entry[1]]
+        if not assignment.authoritative:
+            continue
+        run = state.runs[assignment.run_id]
+        run_in_grace = run.recovered_ms is not None and now < run.recovered_ms + run.policy.recovery_grace_ms
+        if run.paused or in_grace or run_in_grace:
+            deferred.append(entry)
+            continue
+        _release(state, assignment, now, "group deadline exceeded", fx)
+        fx.append(RevokeAssignment(assignment.worker_id, assignment.assignment_id, "group deadline exceeded"))
+    for entry in deferred:
+        heapq.heappush(state.deadlines, entry)
+    # Popping stale entries changes no decision; only releases and dispatches bump the version.
+    _fill(state, now, fx)
+    return ACCEPTED
+
+
+# --- soft command handlers --------------------------------------------------------------------
+
+def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return Transition(rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} has not registered"))
+    if worker.status in (WorkerStatus.EXPIRED, WorkerStatus.GONE, WorkerStatus.RECONCILING):
+        return Transition(rejected(Rejection.WORKER_NOT_ACTIVE,
+                                   f"worker {cmd.worker_id} is {worker.status.name.lower()}: register again"))
+    state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
+    fx: Fx = []
+    owned = dict.fromkeys(cmd.owned)
+    for aid in worker.assignments:
+        if aid not in owned:  # the push was lost, or is still in flight: the worker ignores repeats
+            fx.append(_push_for(state, state.assignments[aid]))
+    for aid in owned:
+        if aid not in worker.assignments:
+            fx.append(RevokeAssignment(worker.worker_id, aid, _revoke_reason(state, aid, worker.worker_id)))
+    durable: tuple = ()
+    if worker.status == WorkerStatus.SUSPECTED:
+        resumed = c.WorkerResumed(cmd.now_ms, worker.worker_id)
+        t = _HANDLERS[c.WorkerResumed](state, resumed)
+        fx.extend(t.effects)
+        durable = t.durable
+    return Transition(ACCEPTED, tuple(fx), durable)
+
+
+def _disconnected(state: State, cmd: c.WorkerDisconnected) -> Transition:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return Transition(rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered"))
+    if worker.status != WorkerStatus.ACTIVE:
+        return Transition(ACCEPTED)
+    # A worker without a stream cannot receive a push: give it no new work until it is back.
+    return _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(cmd.now_ms, worker.worker_id))
+
+
+def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
+    now = cmd.now_ms
+    timing = _timing(state)
+    expiry_frozen = any(r.paused for r in state.runs.values())
+    fx: list = []
+    durable: list = []
+    for worker in list(state.workers.values()):
+        last = state.soft.last_heard_ms.get(worker.worker_id, worker.registered_ms)
+        silent_ms = now - last
+        if worker.status == WorkerStatus.ACTIVE and silent_ms >= timing.suspect_after_ms:
+            t = _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(now, worker.worker_id))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+        if (worker.status in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING)
+                and silent_ms >= timing.expire_after_ms and not expiry_frozen):
+            t = _HANDLERS[c.WorkerExpired](state, c.WorkerExpired(now, worker.worker_id))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+    t = _HANDLERS[c.TimeAdvanced](state, c.TimeAdvanced(now))
+    fx.extend(t.effects)
+    durable.extend(t.durable)
+    return Transition(ACCEPTED, tuple(fx), tuple(durable))
+
+
+# --- shared mechanics -------------------------------------------------------------------------
+
+def _timing(state: State) -> Policy:
+    """Liveness thresholds come from the oldest run that still has work."""
+    for run in state.runs.values():
+        if not run.settled:
+            return run.policy
+    return DEFAULT_POLICY
+
+
+def _set_status(state: State, worker: WorkerState, status: WorkerStatus) -> None:
+    if (worker.status == WorkerStatus.ACTIVE) != (status == WorkerStatus.ACTIVE):
+        state.slots_active += worker.slots if status == WorkerStatus.ACTIVE else -worker.slots
+    worker.status = status
+    _refresh_free(state, worker)
+
+
+def _refresh_free(state: State, worker: WorkerState) -> None:
+    free = (worker.status == WorkerStatus.ACTIVE and not worker.draining
+            and len(worker.assignments) < worker.slots)
+    listed = worker.worker_id in state.free_workers
+    if free and not listed:
+        state.free_workers[worker.worker_id] = None
+    elif listed and not free:
+        del state.free_workers[worker.worker_id]
+
+
+def _release(state: State, assignment: AssignmentState, now: int, reason: str, fx: Fx) -> None:
+    """End an authoritative assignment: its unreported attempts are lost, its group waits for
+    a retry or settles, and the worker's slot frees."""
+    assert assignment.authoritative
+    assignment.authoritative = False
+    assignment.ended_ms = now
+    assignment.ended_reason = reason
+    for tid in assignment.attempts:
+        attempt = state.attempts[tid]
+        if attempt.report is None:
+            attempt.lost = True
+    run = state.runs[assignment.run_id]
+    run.active -= 1
+    group = run.groups[assignment.group_index]
+    assert group.assignment == assignment.assignment_id
+    group.assignment = None
+    worker = state.workers[assignment.worker_id]
+    del worker.assignments[assignment.assignment_id]
+    _refresh_free(state, worker)
+    _settle_or_wait(state, run, group, now, fx)
+    state.version += 1
+    if reason != "completed" and reason != "finished by the worker":
+        fx.append(Emit("assignment_superseded", run.run_id, assignment.assignment_id, reason))
+
+
+def _pending_cells(run: RunState, group: GroupState) -> list[CellState]:
+    out = []
+    for cid in group.cells:
+        cell = run.cells[cid]
+        if cell.selected is None and len(cell.attempts) < run.max_attempts(cell):
+            out.append(cell)
+    return out
+
+
+def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx: Fx) -> None:
+    pending = _pending_cells(run, group)
+    if not pending:
+        group.status = GroupStatus.SETTLED
+        run.settled_groups += 1
+        for cid in group.cells:
+            if run.cells[cid].selected is None:
+                fx.append(Emit("cell_exhausted", run.run_id, cid,
+                               f"{len(run.cells[cid].attempts)} attempts, none selectable"))
+        if run.settled:
+            fx.append(Emit("run_settled", run.run_id, run.run_id))
+        return
+    group.status = GroupStatus.WAITING
+    failed = max(len(cell.attempts) for cell in pending)
+    group.eligible_ms = now + run.policy.backoff_ms(failed)
+    if group.eligible_ms <= now:
+        heapq.heappush(run.ready, group.index)
+    else:
+        heapq.heappush(run.backoff, (group.eligible_ms, group.index))
+
+
+def _fill(state: State, now: int, fx: Fx) -> None:
+    """Dispatch waiting groups onto free slots, run by run in submission order."""
+    if not state.free_workers:
+        return
+    for run in state.runs.values():
+        if run.settled or run.paused or run.blocked_reason:
+            continue
+        while run.backoff and run.backoff[0][0] <= now:
+            heapq.heappush(run.ready, heapq.heappop(run.backoff)[1])
+            state.version += 1
+        cap = run.spec.max_concurrent_groups
+        while run.ready and run.active < cap:
+            worker = _pick_worker(state, run)
+            if worker is None:
+                break
+            _dispatch(state, run, run.groups[heapq.heappop(run.ready)], worker, now, fx)
+        if not state.free_workers:
+            return
+
+
+def _pick_worker(state: State, run: RunState) -> WorkerState | None:
+    for wid in state.free_workers:
+        worker = state.workers[wid]
+        if run.environment_id and worker.environment_id != run.environment_id:
+            continue
+        if not _fits(run.policy, worker.slots, worker.cpu_millis, worker.memory_mb):
+            continue
+        return worker
+    return None
+
+
+def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerState, now: int, fx: Fx) -> None:
+    pending = _pending_cells(run, group)
+    assert pending and group.status == GroupStatus.WAITING, f"dispatch of {group.group_id} with nothing to run"
+    if not run.environment_id:
+        run.environment_id = worker.environment_id  # the first admitted worker pins the run
+    group.generation += 1
+    aid = assignment_id_for(run.run_id, group.group_id, group.generation)
+    task_id, repetition = run.spec.group_key(group.index)
+    cells: list[CellDispatch] = []
+    for cell in pending:
+        tid = attempt_id_for(run.run_id, cell.cell_id, len(cell.attempts) + 1)
+        assert tid not in state.attempts, f"attempt id {tid} reused"
+        run.dispatches += 1
+        state.attempts[tid] = AttemptState(tid, run.run_id, cell.cell_id, aid, group.generation,
+                                           worker.worker_id, run.dispatches, now)
+        cell.attempts.append(tid)
+        cells.append(CellDispatch(cell.cell_id, tid, task_id, repetition, cell.subject_id, run.dispatches))
+    deadline = now + run.group_deadline_ms
+    state.assignments[aid] = AssignmentState(aid, run.run_id, group.index, group.generation, worker.worker_id,
+                                             tuple(d.attempt_id for d in cells), now, deadline,
+                                             unreported=len(cells))
+    group.status = GroupStatus.ASSIGNED
+    group.assignment = aid
+    worker.assignments[aid] = None
+    run.active += 1
+    if run.active > run.peak_active:
+        run.peak_active = run.active
+    heapq.heappush(state.deadlines, (deadline, aid))
+    # Round robin: the worker goes to the back of the free list, or leaves it when full.
+    del state.free_workers[worker.worker_id]
+    _refresh_free(state, worker)
+    state.version += 1
+    fx.append(PushAssignment(worker.worker_id, run.run_id, aid, group.generation, group.group_id,
+                             tuple(cells), deadline))
+
+
+def _push_for(state: State, assignment: AssignmentState) -> PushAssignment:
+    run = state.runs[assignment.run_id]
+    task_id, repetition = run.spec.group_key(assignment.group_index)
+    cells = []
+    for tid in assignment.attempts:
+        attempt = state.attempts[tid]
+        cell = run.cells[attempt.cell_id]
+        cells.append(CellDispatch(cell.cell_id, tid, task_id, repetition, cell.subject_id, attempt.dispatch_order))
+    return PushAssignment(assignment.worker_id, run.run_id, assignment.assignment_id, assignment.generation,
+                          run.groups[assignment.group_index].group_id, tuple(cells), assignment.deadline_ms)
+
+
+def push_for(state: State, assignment_id: AssignmentId) -> PushAssignment:
+    """The push of an authoritative assignment, rebuilt from state (for re-sending)."""
+    return _push_for(state, state.assignments[assignment_id])
+
+
+def run_of(state: State, run_id: RunId) -> RunState | None:
+    return state.runs.get(run_id)
+
+
+def report_of(state: State, attempt_id) -> Report | None:
+    attempt = state.attempts.get(attempt_id)
+    return None if attempt is None else attempt.report
+
+
+_HANDLERS: dict[type, Callable[[State, object], Transition]] = {
+    c.RunSubmitted: _durable(_run_submitted),
+    c.WorkerRegistered: _durable(_worker_registered),
+    c.CellReported: _durable(_cell_reported),
+    c.ArtifactStored: _durable(_artifact_stored),
+    c.GroupFinished: _durable(_group_finished),
+    c.RunPaused: _durable(_run_paused),
+    c.RunRecovered: _durable(_run_recovered),
+    c.RunRepaired: _durable(_run_repaired),
+    c.CellRetryGranted: _durable(_cell_retry_granted),
+    c.WorkerDrained: _durable(_worker_drained),
+    c.WorkerGone: _durable(_worker_gone),
+    c.CoordinatorRecovered: _durable(_coordinator_recovered),
+    c.WorkerSuspected: _durable(_worker_suspected),
+    c.WorkerResumed: _durable(_worker_resumed),
+    c.WorkerExpired: _durable(_worker_expired),
+    c.TimeAdvanced: _durable(_time_advanced),
+    c.HeartbeatReceived: _heartbeat,
+    c.WorkerDisconnected: _disconnected,
+    c.ClockTicked: _clock_ticked,
+}

@@ -1,0 +1,207 @@
+"""The coordinator's state: what the log folds into.
+
+Rules. The records here are owned by the core alone: `step` is their only writer, and it
+validates a command completely before it changes anything, so a rejected command leaves the
+state exactly as it was. Records are mutable slotted classes rather than frozen values
+because a step must cost in proportion to what it changes, not to the size of the run
+(copying a 100,000-cell map per command would not); everything that leaves the core
+(commands, effects, reports, summaries) is frozen.
+
+Containers are dicts (insertion-ordered, hence deterministic) and heaps of tuples; never a
+set of strings, whose iteration order changes between processes. `soft` holds liveness,
+which is not part of the durable state and is excluded from `durable_fingerprint`.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from common.evidence import Report
+from common.ids import AssignmentId, AttemptId, CellId, Digest, GroupId, RunId, SubjectId, WorkerId
+from common.policy import Policy
+from common.spec import ExperimentSpec
+
+
+class WorkerStatus(enum.IntEnum):
+    ACTIVE = 1  # may receive work
+    SUSPECTED = 2  # heartbeats missing: no new work, assignments kept
+    EXPIRED = 3  # assignments superseded; may come back by registering again
+    GONE = 4  # left for good; assignments superseded
+    RECONCILING = 5  # after a coordinator restart, until the worker says hello again
+
+
+class GroupStatus(enum.IntEnum):
+    WAITING = 1  # has cells to run; in the ready heap or the backoff heap
+    ASSIGNED = 2  # held by one authoritative assignment
+    SETTLED = 3  # every cell selected or out of attempts
+
+
+@dataclass(slots=True)
+class CellState:
+    cell_id: CellId
+    group_index: int
+    subject_id: SubjectId
+    attempts: list[AttemptId] = field(default_factory=list)
+    selected: AttemptId | None = None
+    grants: int = 0  # extra attempts granted by an operator (`fleetctl retry`)
+
+
+@dataclass(slots=True)
+class GroupState:
+    index: int
+    group_id: GroupId
+    cells: tuple[CellId, ...]
+    status: GroupStatus = GroupStatus.WAITING
+    generation: int = 0
+    assignment: AssignmentId | None = None
+    eligible_ms: int = 0  # earliest dispatch time (retry backoff)
+
+
+@dataclass(slots=True)
+class AttemptState:
+    attempt_id: AttemptId
+    run_id: RunId
+    cell_id: CellId
+    assignment_id: AssignmentId
+    generation: int
+    worker_id: WorkerId
+    dispatch_order: int
+    dispatched_ms: int
+    report: Report | None = None
+    reported_ms: int = 0
+    late: bool = False  # reported after its assignment was superseded: evidence only
+    lost: bool = False  # its assignment ended without a report
+
+
+@dataclass(slots=True)
+class AssignmentState:
+    assignment_id: AssignmentId
+    run_id: RunId
+    group_index: int
+    generation: int
+    worker_id: WorkerId
+    attempts: tuple[AttemptId, ...]
+    dispatched_ms: int
+    deadline_ms: int
+    authoritative: bool = True
+    unreported: int = 0
+    ended_ms: int = 0
+    ended_reason: str = ""
+
+
+@dataclass(slots=True)
+class WorkerState:
+    worker_id: WorkerId
+    incarnation: int
+    slots: int
+    environment_id: str
+    cpu_millis: int
+    memory_mb: int
+    status: WorkerStatus
+    registered_ms: int
+    draining: bool = False  # finishes what it holds, receives nothing new
+    # Authoritative assignments held by this worker (dict as an ordered set).
+    assignments: dict[AssignmentId, None] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RunState:
+    run_id: RunId
+    spec: ExperimentSpec
+    policy: Policy
+    submitted_ms: int
+    group_deadline_ms: int
+    environment_id: str  # required or pinned by the first admitted worker; "" until then
+    groups: list[GroupState]
+    cells: dict[CellId, CellState]
+    group_by_id: dict[GroupId, int]
+    ready: list[int] = field(default_factory=list)  # heap of group indexes, dispatchable now
+    backoff: list[tuple[int, int]] = field(default_factory=list)  # heap of (eligible_ms, index)
+    paused: bool = False
+    blocked_reason: str = ""
+    active: int = 0  # authoritative assignments
+    settled_groups: int = 0
+    dispatches: int = 0  # the run's dispatch order counter
+    peak_active: int = 0
+    peak_slots_offered: int = 0
+    late_reports: int = 0
+    recovered_ms: int | None = None  # last `recover`; deadlines wait out its grace
+
+    @property
+    def settled(self) -> bool:
+        return self.settled_groups == len(self.groups)
+
+    def max_attempts(self, cell: CellState) -> int:
+        return self.policy.max_attempts_per_cell + cell.grants
+
+
+@dataclass(slots=True)
+class Soft:
+    """Liveness: rebuilt after a restart, never logged."""
+
+    last_heard_ms: dict[WorkerId, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class State:
+    runs: dict[RunId, RunState] = field(default_factory=dict)
+    workers: dict[WorkerId, WorkerState] = field(default_factory=dict)
+    assignments: dict[AssignmentId, AssignmentState] = field(default_factory=dict)
+    attempts: dict[AttemptId, AttemptState] = field(default_factory=dict)
+    artifacts: dict[Digest, int] = field(default_factory=dict)  # digest -> size in bytes
+    # Workers that may take a group now: ACTIVE with a free slot. Ordered; the first is picked
+    # and moved to the end (round robin), so the order is part of the durable state.
+    free_workers: dict[WorkerId, None] = field(default_factory=dict)
+    deadlines: list[tuple[int, AssignmentId]] = field(default_factory=list)  # heap
+    slots_active: int = 0  # slots of ACTIVE workers: what the fleet offers now
+    recovered_ms: int = 0
+    recovery_grace_ms: int = 0
+    version: int = 0  # bumped by every durable change; tells `step` whether to log
+    soft: Soft = field(default_factory=Soft)
+
+
+def durable_fingerprint(state: State) -> str:
+    """SHA-256 over a canonical rendering of everything durable. For tests and replay checks:
+    it costs in proportion to the whole state."""
+    return hashlib.sha256(json.dumps(durable_view(state), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def durable_view(state: State) -> dict:
+    def report_view(r: Report | None):
+        return None if r is None else repr(r)
+
+    runs = {}
+    for run_id, run in state.runs.items():
+        runs[run_id] = {
+            "spec": run.spec.canonical,
+            "policy": run.policy.canonical(),
+            "submitted_ms": run.submitted_ms,
+            "environment_id": run.environment_id,
+            "groups": [[g.status, g.generation, g.assignment, g.eligible_ms] for g in run.groups],
+            "cells": {c.cell_id: [c.attempts, c.selected, c.grants] for c in run.cells.values()},
+            "ready": sorted(run.ready),
+            "backoff": sorted(run.backoff),
+            "flags": [run.paused, run.blocked_reason, run.active, run.settled_groups, run.dispatches,
+                      run.peak_active, run.peak_slots_offered, run.late_reports, run.recovered_ms],
+        }
+    return {
+        "runs": runs,
+        "workers": {w.worker_id: [w.incarnation, w.slots, w.environment_id, w.cpu_millis, w.memory_mb,
+                                  int(w.status), w.registered_ms, w.draining, list(w.assignments)]
+                    for w in state.workers.values()},
+        "assignments": {a.assignment_id: [a.run_id, a.group_index, a.generation, a.worker_id, list(a.attempts),
+                                          a.dispatched_ms, a.deadline_ms, a.authoritative, a.unreported,
+                                          a.ended_ms, a.ended_reason]
+                        for a in state.assignments.values()},
+        "attempts": {t.attempt_id: [t.run_id, t.cell_id, t.assignment_id, t.generation, t.worker_id,
+                                    t.dispatch_order, t.dispatched_ms, report_view(t.report), t.reported_ms,
+                                    t.late, t.lost]
+                     for t in state.attempts.values()},
+        "artifacts": dict(state.artifacts),
+        "free_workers": list(state.free_workers),
+        "deadlines": sorted(state.deadlines),
+        "slots_active": state.slots_active,
+        "recovered": [state.recovered_ms, state.recovery_grace_ms],
+    }

@@ -1,0 +1,140 @@
+"""The run summary: selected results apart from everything observed, and honest gaps.
+
+Rules. A cell is either selected (one report, with its provenance) or incomplete with a
+reason; it is never given a score it did not earn. Observed cost sums every report of the
+run, late ones included, and is only the known subtotal: `usage_complete` is false as soon
+as any dispatched attempt has no complete usage report. A blocked or exhausted run says so
+in `state` instead of looking merely unsettled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.evidence import Usage
+from common.ids import AssignmentId, AttemptId, CellId, RunId, SubjectId, TaskId, WorkerId
+from coordinator.core.state import GroupStatus, State
+
+
+@dataclass(frozen=True, slots=True)
+class SelectedResult:
+    cell_id: CellId
+    task_id: TaskId
+    repetition: int
+    subject_id: SubjectId
+    score: float
+    status: str
+    attempt_id: AttemptId
+    worker_id: WorkerId
+    assignment_id: AssignmentId
+    generation: int
+    dispatch_order: int
+    attempts: int
+    cost_usd: float | None
+    usage: str
+    started_ms: int
+    finished_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class IncompleteCell:
+    cell_id: CellId
+    task_id: TaskId
+    repetition: int
+    subject_id: SubjectId
+    reason: str  # exhausted | blocked | paused | running | retry_pending | not_yet_run
+    attempts: int
+    detail: str  # what the last report said, if any
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    run_id: RunId
+    state: str  # running | paused | blocked | complete | incomplete
+    blocked_reason: str
+    cells_total: int
+    selected: tuple[SelectedResult, ...]
+    incomplete: tuple[IncompleteCell, ...]
+    observed_cost_usd: float
+    selected_cost_usd: float
+    usage_complete: bool
+    attempts_dispatched: int
+    late_reports: int
+    lost_attempts: int
+    peak_concurrent_groups: int
+    slots_offered: int
+    max_concurrent_groups: int
+    groups_waiting: int
+    groups_assigned: int
+    groups_settled: int
+
+
+def summarize(state: State, run_id: RunId) -> RunSummary:
+    run = state.runs[run_id]
+    spec = run.spec
+    selected: list[SelectedResult] = []
+    incomplete: list[IncompleteCell] = []
+    observed = 0.0
+    selected_cost = 0.0
+    usage_complete = True
+    dispatched = lost = 0
+    counts = {GroupStatus.WAITING: 0, GroupStatus.ASSIGNED: 0, GroupStatus.SETTLED: 0}
+    for group in run.groups:
+        counts[group.status] += 1
+        task_id, repetition = spec.group_key(group.index)
+        for cid in group.cells:
+            cell = run.cells[cid]
+            last_detail = ""
+            for tid in cell.attempts:
+                attempt = state.attempts[tid]
+                dispatched += 1
+                lost += attempt.lost and attempt.report is None
+                r = attempt.report
+                if r is None or r.usage != Usage.COMPLETE:
+                    usage_complete = False
+                if r is not None:
+                    last_detail = r.detail
+                    if r.cost_usd is not None:
+                        observed += r.cost_usd
+            if cell.selected is not None:
+                a = state.attempts[cell.selected]
+                r = a.report
+                assert r is not None and r.score is not None
+                if r.cost_usd is not None:
+                    selected_cost += r.cost_usd
+                selected.append(SelectedResult(
+                    cid, task_id, repetition, cell.subject_id, r.score, r.status.name.lower(),
+                    a.attempt_id, a.worker_id, a.assignment_id, a.generation, a.dispatch_order,
+                    len(cell.attempts), r.cost_usd, r.usage.name.lower(), r.started_ms, r.finished_ms))
+                continue
+            if group.status == GroupStatus.ASSIGNED:
+                reason = "running"
+            elif group.status == GroupStatus.SETTLED:
+                reason = "exhausted"
+            elif run.blocked_reason:
+                reason = "blocked"
+            elif run.paused:
+                reason = "paused"
+            elif cell.attempts:
+                reason = "retry_pending"
+            else:
+                reason = "not_yet_run"
+            incomplete.append(IncompleteCell(cid, task_id, repetition, cell.subject_id, reason,
+                                             len(cell.attempts), last_detail))
+    if run.settled:
+        status = "incomplete" if incomplete else "complete"
+    elif run.blocked_reason:
+        status = "blocked"
+    elif run.paused:
+        status = "paused"
+    else:
+        status = "running"
+    return RunSummary(
+        run_id=run_id, state=status, blocked_reason=run.blocked_reason, cells_total=spec.cell_count,
+        selected=tuple(selected), incomplete=tuple(incomplete),
+        observed_cost_usd=round(observed, 9), selected_cost_usd=round(selected_cost, 9),
+        usage_complete=usage_complete, attempts_dispatched=dispatched, late_reports=run.late_reports,
+        lost_attempts=lost, peak_concurrent_groups=run.peak_active, slots_offered=run.peak_slots_offered,
+        max_concurrent_groups=spec.max_concurrent_groups,
+        groups_waiting=counts[GroupStatus.WAITING], groups_assigned=counts[GroupStatus.ASSIGNED],
+        groups_settled=counts[GroupStatus.SETTLED],
+    )

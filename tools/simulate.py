@@ -1,0 +1,652 @@
+"""Seeded simulation of a fleet run: the real core, virtual time, a faulty in-memory network.
+
+    python -m tools.simulate --seed 42              one run, one JSON object on stdout
+    python -m tools.simulate --seeds 0-299 --check  many runs, invariants after every command
+
+A seed fixes everything: the scenario, the fault rates, every drop and every outcome, so the
+same seed prints byte-identical output and a failure replays exactly. Workers here are models
+of the real worker's protocol (durable outbox, reconnect with hello, heartbeats listing what
+they own, group finished after their reports are acknowledged); the coordinator is the real
+`step` with a log of durable commands, restarted by replaying that log through the core.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, ArtifactRef, expected_status
+from common.ids import RunId, WorkerId, run_id_for, sha256_digest
+from common.policy import Policy
+from common.spec import parse_spec
+from coordinator.core import commands as c
+from coordinator.core import new_state, step, summarize
+from coordinator.core.effects import Emit, OutcomeKind, PushAssignment, RevokeAssignment
+from coordinator.core.invariants import Monitor
+from coordinator.core.state import durable_fingerprint
+
+TICK_MS = 250
+HEARTBEAT_MS = 1_000
+RESEND_MS = 3_000  # a worker resends an unacknowledged frame after this long
+RECONNECT_MS = 1_000
+DISCONNECT_NOTICE_MS = 2_000  # how long the coordinator takes to see a dead stream
+FAULT_WINDOW_MS = 150_000  # faults stop after this; the run must then settle
+SETTLE_LIMIT_MS = 3_600_000
+TRACE_ENTRIES_MAX = 5_000
+ENV_ID = "env-sim"
+ENV_FAILURE = "image registry unreachable: pull of task image failed"
+
+
+class SimFailure(Exception):
+    def __init__(self, seed: int, index: int, now: int, what: str) -> None:
+        super().__init__(f"seed {seed}: command #{index} at t={now}ms: {what}")
+        self.seed, self.index, self.now, self.what = seed, index, now, what
+
+
+@dataclass
+class Faults:
+    loss_before: float
+    loss_after: float
+    duplicate: float
+    jitter_ms: int
+    partition: bool
+    worker_crash: bool
+    coordinator_restarts: int
+    pause: bool
+    slow_cells: float
+    missing_usage: float
+    env_failure: bool
+    straggler: bool
+    infra_failure: float
+    subject_failure: float
+    verifier_invalid: float
+
+    @staticmethod
+    def draw(rng: random.Random) -> Faults:
+        return Faults(
+            loss_before=rng.choice([0.0, rng.uniform(0, 0.1)]),
+            loss_after=rng.choice([0.0, rng.uniform(0, 0.1)]),
+            duplicate=rng.choice([0.0, rng.uniform(0, 0.05)]),
+            jitter_ms=rng.choice([5, rng.randint(5, 400)]),
+            partition=rng.random() < 0.5,
+            worker_crash=rng.random() < 0.5,
+            coordinator_restarts=rng.choice([0, 0, 1, 2]),
+            pause=rng.random() < 0.3,
+            slow_cells=rng.uniform(0, 0.1),
+            missing_usage=rng.uniform(0, 0.2),
+            env_failure=rng.random() < 0.3,
+            straggler=rng.random() < 0.3,
+            infra_failure=rng.uniform(0, 0.12),
+            subject_failure=rng.uniform(0, 0.1),
+            verifier_invalid=rng.uniform(0, 0.04),
+        )
+
+
+@dataclass
+class SimAssignment:
+    push: PushAssignment
+    pending: dict[str, int] = field(default_factory=dict)  # attempt id -> event token
+    reported: dict[str, None] = field(default_factory=dict)
+    running: bool = True  # False once orphaned by a crash or revoked
+
+
+@dataclass
+class SimWorker:
+    worker_id: WorkerId
+    slots: int
+    incarnation: int = 1
+    alive: bool = True
+    connected: bool = False
+    partitioned: bool = False
+    assignments: dict[str, SimAssignment] = field(default_factory=dict)
+    finished: dict[str, None] = field(default_factory=dict)  # assignment ids done for good
+    outbox: dict[str, tuple[str, int, Report]] = field(default_factory=dict)  # attempt -> (asg, gen, report)
+    uploaded: dict[str, None] = field(default_factory=dict)  # digests acknowledged as stored
+    sent_at: dict[str, int] = field(default_factory=dict)  # outbox key -> last send time
+    epoch: int = 0  # bumps on crash: stale timers of the dead process are ignored
+
+
+class Simulation:
+    def __init__(self, seed: int, *, check: bool, groups_tasks: int = 20, repetitions: int = 2,
+                 subjects: int = 3, workers: int = 3) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.check = check
+        self.faults = Faults.draw(self.rng)
+        self.now = 0
+        self.events: list[tuple[int, int, str, tuple]] = []
+        self.seq = 0
+        self.trace: list[str] = []
+        self.trace_dropped = 0
+        self.commands = 0
+        self.log: list[object] = []
+        self.monitor = Monitor()
+        self.acked_selectable: dict[str, str] = {}  # attempt id -> cell id, acknowledged ACCEPTED
+        self.coordinator_up = True
+        self.restarts = 0
+        self.stats = {"frames_dropped": 0, "frames_duplicated": 0, "late_reports": 0, "rejected": 0,
+                      "pushes": 0, "revokes": 0, "worker_crashes": 0, "partitions": 0}
+        spec_doc = {
+            "benchmark": {"name": "sim", "version": "1"},
+            "executor": {"kind": "command"},
+            "subjects": [{"id": f"s{i}", "command": "solve"} for i in range(subjects)],
+            "tasks": [{"id": f"t{i:02d}"} for i in range(groups_tasks)],
+            "repetitions": repetitions,
+            "budget": {"timeoutSeconds": 20},
+            "verifier": {"command": "verify", "timeoutSeconds": 5},
+            "execution": {"maxConcurrentTaskGroups": 4},
+        }
+        self.spec = parse_spec(spec_doc)
+        self.policy = Policy(heartbeat_interval_ms=HEARTBEAT_MS, suspect_after_ms=3_500, expire_after_ms=15_000,
+                             recovery_grace_ms=20_000, retry_backoff_ms=500, retry_backoff_max_ms=8_000,
+                             max_attempts_per_cell=4, required_environment_id=ENV_ID, group_deadline_ms=60_000)
+        self.run_id: RunId = run_id_for(self.spec.canonical, self.policy.canonical())
+        self.state = new_state()
+        self.workers: dict[WorkerId, SimWorker] = {}
+        for i in range(workers):
+            wid = WorkerId(f"w{i + 1}")
+            self.workers[wid] = SimWorker(wid, slots=self.rng.choice([1, 1, 2, 3]))
+        self.skill = {s.id: self.rng.uniform(0.3, 0.9) for s in self.spec.subjects}
+        self.env_failure_pending = self.faults.env_failure
+        self.straggler_pending = self.faults.straggler
+
+    # --- plumbing ---------------------------------------------------------------------------
+    def at(self, when: int, kind: str, *args: Any) -> int:
+        self.seq += 1
+        heapq.heappush(self.events, (when, self.seq, kind, args))
+        return self.seq
+
+    def note(self, text: str) -> None:
+        if len(self.trace) < TRACE_ENTRIES_MAX:
+            self.trace.append(f"{self.now} {text}")
+        else:
+            self.trace_dropped += 1
+
+    def faulty(self) -> bool:
+        return self.now < FAULT_WINDOW_MS
+
+    def send_to_coordinator(self, w: SimWorker, frame: tuple) -> None:
+        if not (w.alive and w.connected and not w.partitioned and self.coordinator_up):
+            return
+        if self.faulty() and self.rng.random() < self.faults.loss_before:
+            self.stats["frames_dropped"] += 1
+            return
+        copies = 2 if self.faulty() and self.rng.random() < self.faults.duplicate else 1
+        self.stats["frames_duplicated"] += copies - 1
+        for _ in range(copies):
+            delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
+            self.at(self.now + delay, "to_coord", w.worker_id, w.epoch, self.restarts, frame)
+
+    def send_to_worker(self, wid: WorkerId, frame: tuple) -> None:
+        w = self.workers[wid]
+        if not (w.alive and w.connected and not w.partitioned):
+            return
+        if self.faulty() and self.rng.random() < self.faults.loss_after:
+            self.stats["frames_dropped"] += 1
+            return
+        delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
+        self.at(self.now + delay, "to_worker", wid, w.epoch, frame)
+
+    # --- coordinator ------------------------------------------------------------------------
+    def apply(self, cmd: object) -> Any:
+        self.commands += 1
+        self.state, t = step(self.state, cmd)
+        self.log.extend(t.durable)
+        if self.check and t.durable:
+            bad = self.monitor.observe(self.state)
+            if bad:
+                raise SimFailure(self.seed, self.commands, self.now, f"{type(cmd).__name__}: {bad[0]}")
+        for e in t.effects:
+            if isinstance(e, PushAssignment):
+                self.stats["pushes"] += 1
+                self.send_to_worker(e.worker_id, ("push", e))
+            elif isinstance(e, RevokeAssignment):
+                self.stats["revokes"] += 1
+                self.send_to_worker(e.worker_id, ("revoke", e.assignment_id))
+            elif isinstance(e, Emit):
+                if e.event in ("cell_retryable",):
+                    continue
+                self.note(f"coord {e.event} {e.subject} {e.detail}".rstrip())
+                if e.event == "run_blocked":
+                    self.at(self.now + self.rng.randint(5_000, 20_000), "repair", e.detail)
+        return t.outcome
+
+    def coordinator_frame(self, wid: WorkerId, frame: tuple) -> None:
+        kind = frame[0]
+        w = self.workers[wid]
+        if kind == "hello":
+            _, incarnation, owned, buffered = frame
+            out = self.apply(c.WorkerRegistered(self.now, wid, incarnation, w.slots, ENV_ID,
+                                                owned=owned, buffered=buffered))
+            if not out.ok:
+                self.note(f"coord refused hello {wid}: {out.detail}")
+            self.send_to_worker(wid, ("welcome", incarnation))
+        elif kind == "heartbeat":
+            self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
+        elif kind == "upload":
+            digest, size = frame[1], frame[2]
+            self.apply(c.ArtifactStored(self.now, digest, size))
+            self.send_to_worker(wid, ("upload_ack", digest))
+        elif kind == "report":
+            _, attempt_id, assignment_id, generation, report = frame
+            out = self.apply(c.CellReported(self.now, wid, attempt_id, assignment_id, generation, report))
+            if out.kind == OutcomeKind.REJECTED:
+                self.stats["rejected"] += 1
+                raise SimFailure(self.seed, self.commands, self.now,
+                                 f"report {attempt_id} rejected: {out.rejection.name} {out.detail}")
+            if out.kind == OutcomeKind.LATE:
+                self.stats["late_reports"] += 1
+            if out.kind == OutcomeKind.ACCEPTED and self.state.runs[self.run_id].cells[
+                    self.state.attempts[attempt_id].cell_id].selected == attempt_id:
+                self.acked_selectable[attempt_id] = self.state.attempts[attempt_id].cell_id
+            self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
+        elif kind == "finished":
+            out = self.apply(c.GroupFinished(self.now, wid, frame[1]))
+            if out.kind == OutcomeKind.REJECTED:
+                raise SimFailure(self.seed, self.commands, self.now, f"group finished rejected: {out.detail}")
+            self.send_to_worker(wid, ("finished_ack", frame[1]))
+        else:
+            raise AssertionError(kind)
+
+    def restart_coordinator(self) -> None:
+        """Crash: lose memory and in-flight frames; come back by replaying the log."""
+        before = durable_fingerprint(self.state)
+        self.coordinator_up = False
+        self.restarts += 1
+        for w in self.workers.values():
+            w.connected = False
+        self.note("coord crashed")
+        state = new_state()
+        for cmd in self.log:
+            state, t = step(state, cmd)
+            assert t.outcome.ok, f"replay of {cmd} was refused: {t.outcome}"
+        if self.check and durable_fingerprint(state) != before:
+            raise SimFailure(self.seed, self.commands, self.now, "replaying the log did not rebuild the state")
+        self.state = state
+        self.at(self.now + self.rng.randint(1_000, 5_000), "coord_up")
+
+    # --- workers ----------------------------------------------------------------------------
+    def connect(self, w: SimWorker) -> None:
+        if not w.alive or w.connected:
+            return
+        if w.partitioned or not self.coordinator_up:
+            self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
+            return
+        w.connected = True
+        owned = tuple(a for a, sa in w.assignments.items() if sa.running)
+        buffered = tuple(w.outbox)
+        self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered))
+        self.flush(w, force=True)
+
+    def owned(self, w: SimWorker) -> tuple:
+        return tuple(w.assignments)
+
+    def flush(self, w: SimWorker, *, force: bool = False) -> None:
+        """Send what waits in the outbox: uploads first, then their reports, then finishes."""
+        for attempt_id, (asg, gen, report) in list(w.outbox.items()):
+            if not force and self.now - w.sent_at.get(attempt_id, -RESEND_MS) < RESEND_MS:
+                continue
+            w.sent_at[attempt_id] = self.now
+            missing = [a for a in report.artifacts if a.digest not in w.uploaded]
+            if missing:
+                for a in missing:
+                    self.send_to_coordinator(w, ("upload", a.digest, a.size_bytes))
+            else:
+                self.send_to_coordinator(w, ("report", attempt_id, asg, gen, report))
+        for aid, sa in list(w.assignments.items()):
+            if self.done_with(w, sa):
+                key = "finish:" + aid
+                if force or self.now - w.sent_at.get(key, -RESEND_MS) >= RESEND_MS:
+                    w.sent_at[key] = self.now
+                    self.send_to_coordinator(w, ("finished", aid))
+
+    def done_with(self, w: SimWorker, sa: SimAssignment) -> bool:
+        if sa.pending and sa.running:
+            return False
+        return not any(w.outbox.get(t) for t in sa.reported if t in w.outbox)
+
+    def worker_frame(self, w: SimWorker, frame: tuple) -> None:
+        kind = frame[0]
+        if kind == "push":
+            push: PushAssignment = frame[1]
+            if push.assignment_id in w.assignments or push.assignment_id in w.finished:
+                return  # a repeat of a push we already hold: pushes are idempotent
+            sa = SimAssignment(push)
+            w.assignments[push.assignment_id] = sa
+            self.note(f"{w.worker_id} runs {push.assignment_id} ({len(push.cells)} cells)")
+            for cd in push.cells:
+                sa.pending[cd.attempt_id] = self.at(self.now + self.duration(), "cell_done",
+                                                    w.worker_id, w.epoch, push.assignment_id, cd.attempt_id)
+        elif kind == "revoke":
+            sa = w.assignments.get(frame[1])
+            if sa is not None:
+                sa.running = False
+                sa.pending.clear()
+                self.note(f"{w.worker_id} stops {frame[1]}")
+                self.flush(w, force=True)
+        elif kind == "upload_ack":
+            if frame[1] not in w.uploaded:
+                w.uploaded[frame[1]] = None
+                self.flush(w, force=True)
+        elif kind == "report_ack":
+            attempt_id = frame[1]
+            if w.outbox.pop(attempt_id, None) is not None:
+                w.sent_at.pop(attempt_id, None)
+                self.flush(w, force=True)
+        elif kind == "finished_ack":
+            aid = frame[1]
+            if w.assignments.pop(aid, None) is not None:
+                w.finished[aid] = None
+        elif kind == "welcome":
+            pass
+
+    def duration(self) -> int:
+        base = self.rng.randint(1_000, 8_000)
+        if self.faulty() and self.rng.random() < self.faults.slow_cells:
+            base *= self.rng.randint(3, 6)
+        return base
+
+    def cell_done(self, w: SimWorker, assignment_id: str, attempt_id: str) -> None:
+        sa = w.assignments.get(assignment_id)
+        if sa is None or attempt_id not in sa.pending:
+            return
+        del sa.pending[attempt_id]
+        if self.straggler_pending and self.faulty():
+            # This cell hangs past the group deadline while the worker keeps heartbeating.
+            self.straggler_pending = False
+            self.note(f"{w.worker_id} straggles on {attempt_id}")
+            sa.pending[attempt_id] = self.at(self.now + 90_000, "cell_done", w.worker_id, w.epoch,
+                                             assignment_id, attempt_id)
+            return
+        report = self.outcome(attempt_id)
+        sa.reported[attempt_id] = None
+        w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
+        self.flush(w, force=True)
+
+    def outcome(self, attempt_id: str) -> Report:
+        f, rng = self.faults, self.rng
+        attempt = self.state.attempts.get(attempt_id)
+        subject = attempt_id.split("/")[-1].split(":")[0]
+        artifact = f"{attempt_id}:log".encode()
+        ref = ArtifactRef("log", sha256_digest(artifact), len(artifact))
+        usage_missing = rng.random() < f.missing_usage
+        usage = Usage.MISSING if usage_missing else Usage.COMPLETE
+        cost = None if usage_missing else round(rng.uniform(0.001, 0.05), 6)
+        roll = rng.random()
+        del attempt
+        if self.env_failure_pending and self.faulty() and roll < 0.2:
+            self.env_failure_pending = False
+            kw = dict(execution=Execution.NOT_STARTED, verification=Verification.NOT_RUN,
+                      cleanup=Cleanup.CONFIRMED, environment_failure=ENV_FAILURE, usage=Usage.MISSING)
+            cost = None
+        elif roll < f.infra_failure:
+            kw = dict(execution=Execution.UNKNOWN, verification=Verification.NOT_RUN,
+                      cleanup=Cleanup.UNKNOWN, usage=Usage.UNKNOWN)
+            cost = None
+        elif roll < f.infra_failure + f.verifier_invalid:
+            kw = dict(execution=Execution.COMPLETED, verification=Verification.INVALID,
+                      cleanup=Cleanup.CONFIRMED, usage=usage)
+        elif roll < f.infra_failure + f.verifier_invalid + f.subject_failure:
+            kw = dict(execution=Execution.SUBJECT_FAILED, verification=Verification.VALID,
+                      cleanup=Cleanup.CONFIRMED, usage=usage, score=0.0)
+        else:
+            score = 1.0 if rng.random() < self.skill.get(subject, 0.5) else 0.0
+            kw = dict(execution=Execution.COMPLETED, verification=Verification.VALID,
+                      cleanup=Cleanup.CONFIRMED, usage=usage, score=score)
+        draft = Report(status=Status.COMPLETED, cost_usd=cost, artifacts=(ref,), **kw)
+        from dataclasses import replace
+        return replace(draft, status=expected_status(draft))
+
+    def crash_worker(self, w: SimWorker) -> None:
+        """Process death: running cells die; the durable outbox and assignment records stay."""
+        self.stats["worker_crashes"] += 1
+        w.alive = False
+        w.connected = False
+        w.epoch += 1
+        for sa in w.assignments.values():
+            sa.running = False
+            sa.pending.clear()
+        self.note(f"{w.worker_id} crashed")
+        self.at(self.now + self.rng.randint(2_000, 10_000), "worker_up", w.worker_id)
+
+    # --- the run ----------------------------------------------------------------------------
+    def schedule_faults(self) -> None:
+        f, rng = self.faults, self.rng
+        wids = list(self.workers)
+        if f.partition:
+            self.at(rng.randint(5_000, 60_000), "partition", rng.choice(wids), rng.randint(20_000, 40_000))
+        if f.worker_crash:
+            self.at(rng.randint(5_000, 100_000), "crash", rng.choice(wids))
+        for _ in range(f.coordinator_restarts):
+            self.at(rng.randint(5_000, 120_000), "coord_crash")
+        if f.pause:
+            start = rng.randint(5_000, 100_000)
+            self.at(start, "pause")
+            self.at(start + rng.randint(5_000, 30_000), "recover")
+
+    def run(self) -> dict:
+        self.apply(c.RunSubmitted(0, self.run_id, self.spec, self.policy))
+        for w in self.workers.values():
+            self.at(self.rng.randint(0, 500), "reconnect", w.worker_id, w.epoch)
+            self.at(HEARTBEAT_MS + self.rng.randint(0, 300), "heartbeat", w.worker_id, w.epoch)
+        self.at(TICK_MS, "tick")
+        self.schedule_faults()
+        paused = False
+        while self.events:
+            when, _, kind, args = heapq.heappop(self.events)
+            self.now = when
+            if self.now > SETTLE_LIMIT_MS:
+                raise SimFailure(self.seed, self.commands, self.now, "the run did not settle after the faults stopped")
+            if kind == "tick":
+                if self.coordinator_up:
+                    self.apply(c.ClockTicked(self.now))
+                    run = self.state.runs[self.run_id]
+                    if run.settled and not self.faulty():
+                        break
+                self.at(self.now + TICK_MS, "tick")
+            elif kind == "to_coord":
+                wid, epoch, restarts, frame = args
+                if self.coordinator_up and restarts == self.restarts and self.workers[wid].connected:
+                    self.coordinator_frame(wid, frame)
+            elif kind == "to_worker":
+                wid, epoch, frame = args
+                w = self.workers[wid]
+                if w.alive and w.connected and epoch == w.epoch:
+                    self.worker_frame(w, frame)
+            elif kind == "heartbeat":
+                wid, epoch = args
+                w = self.workers[wid]
+                if epoch != w.epoch:
+                    continue
+                if w.connected:
+                    self.send_to_coordinator(w, ("heartbeat", tuple(a for a, sa in w.assignments.items()
+                                                                    if sa.running)))
+                    self.flush(w)
+                self.at(self.now + HEARTBEAT_MS, "heartbeat", wid, epoch)
+            elif kind == "cell_done":
+                wid, epoch, aid, tid = args
+                w = self.workers[wid]
+                if epoch == w.epoch and w.alive:
+                    self.cell_done(w, aid, tid)
+            elif kind == "reconnect":
+                wid, epoch = args
+                w = self.workers[wid]
+                if epoch == w.epoch:
+                    self.connect(w)
+            elif kind == "partition":
+                wid, length = args
+                w = self.workers[wid]
+                self.stats["partitions"] += 1
+                w.partitioned = True
+                self.note(f"{wid} partitioned for {length}ms")
+                self.at(self.now + DISCONNECT_NOTICE_MS, "stream_dead", wid)
+                self.at(self.now + length, "heal", wid)
+            elif kind == "stream_dead":
+                w = self.workers[args[0]]
+                if w.connected and w.partitioned:
+                    w.connected = False
+                    if self.coordinator_up:
+                        self.apply(c.WorkerDisconnected(self.now, w.worker_id))
+                    self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
+            elif kind == "heal":
+                self.workers[args[0]].partitioned = False
+                self.note(f"{args[0]} healed")
+            elif kind == "crash":
+                w = self.workers[args[0]]
+                if w.alive:
+                    if w.connected and self.coordinator_up:
+                        self.apply(c.WorkerDisconnected(self.now, w.worker_id))
+                    self.crash_worker(w)
+            elif kind == "worker_up":
+                w = self.workers[args[0]]
+                w.alive = True
+                w.incarnation += 1
+                self.note(f"{w.worker_id} restarted as incarnation {w.incarnation}")
+                self.connect(w)
+                self.at(self.now + HEARTBEAT_MS, "heartbeat", w.worker_id, w.epoch)
+            elif kind == "coord_crash":
+                if self.coordinator_up:
+                    self.restart_coordinator()
+            elif kind == "coord_up":
+                self.coordinator_up = True
+                self.apply(c.CoordinatorRecovered(self.now))
+                if paused:
+                    pass
+                self.note("coord recovered from its log")
+                for w in self.workers.values():
+                    self.at(self.now + self.rng.randint(100, 2_000), "reconnect", w.worker_id, w.epoch)
+            elif kind == "pause":
+                if self.coordinator_up:
+                    paused = True
+                    self.apply(c.RunPaused(self.now, self.run_id))
+                else:
+                    self.at(self.now + 1_000, "pause")
+            elif kind == "recover":
+                if self.coordinator_up and paused:
+                    paused = False
+                    self.apply(c.RunRecovered(self.now, self.run_id))
+                elif paused:
+                    self.at(self.now + 1_000, "recover")
+            elif kind == "repair":
+                if self.coordinator_up:
+                    out = self.apply(c.RunRepaired(self.now, self.run_id, args[0]))
+                    self.note(f"operator repair: {out.kind.name}")
+                else:
+                    self.at(self.now + 1_000, "repair", args[0])
+            else:
+                raise AssertionError(kind)
+        return self.finish()
+
+    def finish(self) -> dict:
+        summary = summarize(self.state, self.run_id)
+        if self.check:
+            self.final_checks(summary)
+        results = [{"cell_id": r.cell_id, "score": r.score, "status": r.status, "attempt_id": r.attempt_id,
+                    "worker_id": r.worker_id, "assignment_id": r.assignment_id, "generation": r.generation,
+                    "dispatch_order": r.dispatch_order} for r in summary.selected]
+        return {
+            "seed": self.seed,
+            "elapsed_ticks": self.now // TICK_MS,
+            "elapsed_virtual_ms": self.now,
+            "run_id": self.run_id,
+            "faults": vars(self.faults),
+            "summary": {
+                "state": summary.state,
+                "selected": len(summary.selected),
+                "incomplete": len(summary.incomplete),
+                "incomplete_reasons": sorted({i.reason for i in summary.incomplete}),
+                "observed_cost_usd": summary.observed_cost_usd,
+                "selected_cost_usd": summary.selected_cost_usd,
+                "usage_complete": summary.usage_complete,
+                "attempts_dispatched": summary.attempts_dispatched,
+                "late_reports": summary.late_reports,
+                "peak_concurrent_groups": summary.peak_concurrent_groups,
+                "slots_offered": summary.slots_offered,
+            },
+            "stats": dict(self.stats, commands=self.commands, log_records=len(self.log),
+                          coordinator_restarts=self.restarts),
+            "results": results,
+            "incomplete": [{"cell_id": i.cell_id, "reason": i.reason, "attempts": i.attempts}
+                           for i in summary.incomplete],
+            "trace": self.trace + ([f"... {self.trace_dropped} more"] if self.trace_dropped else []),
+        }
+
+    def final_checks(self, summary) -> None:
+        def fail(what: str) -> None:
+            raise SimFailure(self.seed, self.commands, self.now, what)
+
+        if summary.state not in ("complete", "incomplete"):
+            fail(f"run ended {summary.state}, not settled")
+        for inc in summary.incomplete:
+            if inc.reason != "exhausted":
+                fail(f"cell {inc.cell_id} ended incomplete as {inc.reason}")
+        run = self.state.runs[self.run_id]
+        for attempt_id, cell_id in self.acked_selectable.items():
+            if run.cells[cell_id].selected != attempt_id:
+                fail(f"acknowledged result {attempt_id} is not the selected result of {cell_id}")
+        replayed = new_state()
+        for cmd in self.log:
+            replayed, _ = step(replayed, cmd)
+        if durable_fingerprint(replayed) != durable_fingerprint(self.state):
+            fail("replaying the whole log does not rebuild the final state")
+
+
+def run_seed(seed: int, check: bool) -> dict:
+    """One seed; an assertion inside the core (an invariant violation) becomes a SimFailure."""
+    sim = Simulation(seed, check=check)
+    try:
+        return sim.run()
+    except AssertionError as e:
+        raise SimFailure(seed, sim.commands, sim.now, f"assertion failed: {e}") from e
+
+
+def parse_range(text: str) -> range:
+    lo, _, hi = text.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.simulate", description=__doc__.split("\n\n")[0])
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--seed", type=int, default=42, help="one seed; prints its JSON report")
+    group.add_argument("--seeds", type=parse_range, help="a range A-B of seeds")
+    ap.add_argument("--check", action="store_true", help="check invariants after every durable command")
+    ap.add_argument("--no-trace", action="store_true", help="leave the trace out of the report")
+    args = ap.parse_args(argv)
+    if args.seeds is None:
+        try:
+            report = run_seed(args.seed, args.check)
+        except SimFailure as e:
+            print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check", file=sys.stderr)
+            return 1
+        if args.no_trace:
+            report.pop("trace")
+        print(json.dumps(report, sort_keys=True, indent=1))
+        return 0
+    started = time.perf_counter()
+    totals = {"selected": 0, "incomplete": 0, "late_reports": 0, "restarts": 0}
+    for seed in args.seeds:
+        try:
+            report = run_seed(seed, args.check)
+        except SimFailure as e:
+            print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check", file=sys.stderr)
+            return 1
+        totals["selected"] += report["summary"]["selected"]
+        totals["incomplete"] += report["summary"]["incomplete"]
+        totals["late_reports"] += report["summary"]["late_reports"]
+        totals["restarts"] += report["stats"]["coordinator_restarts"]
+    elapsed = time.perf_counter() - started
+    n = len(args.seeds)
+    print(json.dumps({"seeds": f"{args.seeds.start}-{args.seeds.stop - 1}", "passed": n, "check": args.check,
+                      "seconds": round(elapsed, 2), "seconds_per_seed": round(elapsed / n, 4), **totals},
+                     sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""The write-ahead log record codec: durable core commands <-> `fleet.v1.LogRecord` bytes.
+
+Rules. Every durable command class of coordinator/core/commands.py (every class of
+`Command` not in `SOFT_COMMANDS`) has a message of the same name nested in `LogRecord`,
+holding exactly the class's fields except `now_ms`, which travels once on the record; the
+oneof field is the class name in snake case. The mapping is driven by that table and the
+message descriptors, so a field the log has no place for is refused loudly, never dropped.
+The spec travels as `spec.canonical` and the policy as `policy.canonical()`, both checked
+on encode to parse back to an equal object, since a record that cannot be replayed must
+never reach the disk. `Report` maps field for field; its unknowable numbers use proto3
+`optional`, so None stays None. Decoding is strict: bytes that do not parse, a record with
+no command, an enum number this version does not know, or a field this version does not
+know (a record written by a newer fleet) is refused. Every refusal, on either side, is a
+`LogCodecError` (a `ValueError`); nothing else escapes.
+"""
+from __future__ import annotations
+
+import re
+import typing
+from dataclasses import fields, is_dataclass
+from typing import Any, Callable
+
+from google.protobuf import message as pb_message
+from google.protobuf import unknown_fields
+from google.protobuf.descriptor import FieldDescriptor
+
+from common.evidence import (
+    ArtifactRef,
+    ArtifactUnavailable,
+    Cleanup,
+    Execution,
+    Report,
+    Status,
+    Usage,
+    Verification,
+)
+from common.fleetpb import common_pb2, log_pb2
+from common.ids import Digest
+from common.policy import Policy, parse_policy_text
+from common.spec import ExperimentSpec, SpecError, parse_spec_text
+from coordinator.core import commands
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
+
+
+class LogCodecError(ValueError):
+    """A command that cannot be written to the log, or bytes that are not a valid record."""
+
+
+# ---- scalar checks -------------------------------------------------------------------------
+
+def _int(value: Any, where: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LogCodecError(f"{where}: expected an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise LogCodecError(f"{where}: {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise LogCodecError(f"{where}: expected a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise LogCodecError(f"{where}: not encodable as UTF-8 ({e.reason})") from None
+    return value
+
+
+def _float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LogCodecError(f"{where}: expected a number, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise LogCodecError(f"{where}: {value} does not fit a double") from None
+
+
+def _strs(value: Any, where: str) -> list[str]:
+    if not isinstance(value, (tuple, list)):
+        raise LogCodecError(f"{where}: expected a tuple of strings, got {type(value).__name__}")
+    return [_str(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def _enum_to_proto(value: Any, enum_type: type, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LogCodecError(f"{where}: {value!r} is not a {enum_type.__name__}")
+    try:
+        return int(enum_type(value))
+    except ValueError:
+        raise LogCodecError(f"{where}: {value} is not a {enum_type.__name__}") from None
+
+
+def _enum_from_proto(number: int, enum_type: type, where: str) -> Any:
+    try:
+        return enum_type(number)
+    except ValueError:
+        raise LogCodecError(f"{where}: {number} is not a known {enum_type.__name__}") from None
+
+
+# ---- Report ---------------------------------------------------------------------------------
+
+_REPORT_ENUMS: dict[str, type] = {
+    "status": Status,
+    "execution": Execution,
+    "verification": Verification,
+    "usage": Usage,
+    "cleanup": Cleanup,
+}
+_REPORT_OPTIONAL_INTS = ("input_tokens", "output_tokens", "cached_tokens")
+_REPORT_OPTIONAL_FLOATS = ("score", "cost_usd")
+_REPORT_INTS = ("started_ms", "finished_ms")
+_REPORT_STRS = ("environment_failure", "detail")
+
+
+def report_to_proto(report: Report, out: common_pb2.Report | None = None) -> common_pb2.Report:
+    """Fill `out` (or a new message) from `report`; raises LogCodecError for a value the wire
+    cannot carry (an enum that is not its type's, an integer out of int64, a non-UTF-8 str)."""
+    if not isinstance(report, Report):
+        raise LogCodecError(f"report: expected a Report, got {type(report).__name__}")
+    msg = common_pb2.Report() if out is None else out
+    for name, enum_type in _REPORT_ENUMS.items():
+        setattr(msg, name, _enum_to_proto(getattr(report, name), enum_type, f"report.{name}"))
+    for name in _REPORT_OPTIONAL_FLOATS:
+        value = getattr(report, name)
+        if value is not None:
+            setattr(msg, name, _float(value, f"report.{name}"))
+    for name in _REPORT_OPTIONAL_INTS:
+        value = getattr(report, name)
+        if value is not None:
+            setattr(msg, name, _int(value, f"report.{name}"))
+    for name in _REPORT_INTS:
+        setattr(msg, name, _int(getattr(report, name), f"report.{name}"))
+    for name in _REPORT_STRS:
+        setattr(msg, name, _str(getattr(report, name), f"report.{name}"))
+    if not isinstance(report.artifacts, (tuple, list)):
+        raise LogCodecError("report.artifacts: expected a tuple")
+    for i, a in enumerate(report.artifacts):
+        where = f"report.artifacts[{i}]"
+        if not isinstance(a, ArtifactRef):
+            raise LogCodecError(f"{where}: expected an ArtifactRef, got {type(a).__name__}")
+        msg.artifacts.add(
+            name=_str(a.name, f"{where}.name"),
+            digest=_str(a.digest, f"{where}.digest"),
+            size_bytes=_int(a.size_bytes, f"{where}.size_bytes", 0, UINT64_MAX),
+        )
+    if not isinstance(report.unavailable, (tuple, list)):
+        raise LogCodecError("report.unavailable: expected a tuple")
+    for i, u in enumerate(report.unavailable):
+        where = f"report.unavailable[{i}]"
+        if not isinstance(u, ArtifactUnavailable):
+            raise LogCodecError(f"{where}: expected an ArtifactUnavailable, got {type(u).__name__}")
+        msg.unavailable.add(name=_str(u.name, f"{where}.name"), reason=_str(u.reason, f"{where}.reason"))
+    return msg
+
+
+def report_from_proto(msg: common_pb2.Report) -> Report:
+    """The `Report` a message carries; an absent optional field is None, never zero. Raises
+    LogCodecError for an enum number this version does not know (the servicer maps that, like
+    any ValueError from a frame, to a malformed frame)."""
+    if not isinstance(msg, common_pb2.Report):
+        raise LogCodecError(f"report: expected a fleet.v1.Report, got {type(msg).__name__}")
+    values: dict[str, Any] = {}
+    for name, enum_type in _REPORT_ENUMS.items():
+        values[name] = _enum_from_proto(getattr(msg, name), enum_type, f"report.{name}")
+    for name in _REPORT_OPTIONAL_FLOATS + _REPORT_OPTIONAL_INTS:
+        values[name] = getattr(msg, name) if msg.HasField(name) else None
+    for name in _REPORT_INTS + _REPORT_STRS:
+        values[name] = getattr(msg, name)
+    values["artifacts"] = tuple(
+        ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in msg.artifacts
+    )
+    values["unavailable"] = tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in msg.unavailable)
+    return Report(**values)
+
+
+# ---- spec and policy ------------------------------------------------------------------------
+
+def _spec_to_text(spec: Any, where: str) -> str:
+    if not isinstance(spec, ExperimentSpec):
+        raise LogCodecError(f"{where}: expected an ExperimentSpec, got {type(spec).__name__}")
+    text = _str(spec.canonical, where)
+    if _spec_from_text(text, where) != spec:
+        raise LogCodecError(f"{where}: the spec does not parse back from its canonical text")
+    return text
+
+
+def _spec_from_text(text: str, where: str) -> ExperimentSpec:
+    try:
+        return parse_spec_text(text)
+    except (SpecError, ValueError, TypeError, RecursionError) as e:
+        # SpecError is the parser's word; the others guard the promise that a corrupt
+        # record yields LogCodecError even if it trips the parser somewhere unforeseen.
+        raise LogCodecError(f"{where}: the spec does not parse: {e}") from None
+
+
+def _policy_to_text(policy: Any, where: str) -> str:
+    if not isinstance(policy, Policy):
+        raise LogCodecError(f"{where}: expected a Policy, got {type(policy).__name__}")
+    try:
+        text = policy.canonical()
+    except (TypeError, ValueError) as e:
+        raise LogCodecError(f"{where}: {e}") from None
+    if _policy_from_text(text, where) != policy:
+        raise LogCodecError(f"{where}: the policy does not parse back from its canonical text")
+    return text
+
+
+def _policy_from_text(text: str, where: str) -> Policy:
+    try:
+        return parse_policy_text(text)
+    except (SpecError, ValueError, TypeError, RecursionError) as e:
+        raise LogCodecError(f"{where}: the policy does not parse: {e}") from None
+
+
+# ---- the command table ----------------------------------------------------------------------
+
+Encoder = Callable[[Any, Any, str], None]  # (message, value, where) -> None: sets the field
+Decoder = Callable[[Any, str], Any]  # (message, where) -> the command field's value
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def durable_command_classes() -> tuple[type, ...]:
+    """Every durable command class, in the order of the `Command` union."""
+    return tuple(c for c in typing.get_args(commands.Command) if c not in commands.SOFT_COMMANDS)
+
+
+def _field_codec(cls: type, fd: FieldDescriptor) -> tuple[Encoder, Decoder]:
+    name = fd.name
+    if cls is commands.RunSubmitted and name == "spec":
+        return (lambda m, v, w: setattr(m, name, _spec_to_text(v, w)),
+                lambda m, w: _spec_from_text(getattr(m, name), w))
+    if cls is commands.RunSubmitted and name == "policy":
+        return (lambda m, v, w: setattr(m, name, _policy_to_text(v, w)),
+                lambda m, w: _policy_from_text(getattr(m, name), w))
+    if fd.message_type is not None and fd.message_type.full_name == "fleet.v1.Report" and not fd.is_repeated:
+        return (lambda m, v, w: report_to_proto(v, getattr(m, name)),
+                lambda m, w: report_from_proto(getattr(m, name)))
+    if fd.type == FieldDescriptor.TYPE_STRING and fd.is_repeated:
+        return (lambda m, v, w: getattr(m, name).extend(_strs(v, w)),
+                lambda m, w: tuple(getattr(m, name)))
+    if fd.type == FieldDescriptor.TYPE_STRING:
+        return (lambda m, v, w: setattr(m, name, _str(v, w)),
+                lambda m, w: getattr(m, name))
+    if fd.type == FieldDescriptor.TYPE_INT64 and not fd.is_repeated:
+        return (lambda m, v, w: setattr(m, name, _int(v, w)),
+                lambda m, w: getattr(m, name))
+    # The log schema uses only the kinds above; a new kind needs a codec here first.
+    raise AssertionError(f"logcodec has no mapping for {fd.full_name} (type {fd.type})")
+
+
+class _CommandCodec:
+    __slots__ = ("cls", "oneof", "message_type", "fields")
+
+    def __init__(self, cls: type) -> None:
+        assert is_dataclass(cls), cls
+        self.cls = cls
+        self.oneof = _snake(cls.__name__)
+        self.message_type = getattr(log_pb2.LogRecord, cls.__name__, None)
+        self.fields: dict[str, tuple[Encoder, Decoder]] = {}
+        if self.message_type is None:
+            return  # encoding refuses the class, by name (see encode_record)
+        for fd in self.message_type.DESCRIPTOR.fields:
+            self.fields[fd.name] = _field_codec(cls, fd)
+
+
+_BY_CLASS: dict[type, _CommandCodec] = {c: _CommandCodec(c) for c in durable_command_classes()}
+_BY_ONEOF: dict[str, _CommandCodec] = {c.oneof: c for c in _BY_CLASS.values() if c.message_type is not None}
+
+
+def encode_record(index: int, cmd: Any) -> bytes:
+    """The serialized `LogRecord` of one applied durable command at log position `index`."""
+    codec = _BY_CLASS.get(type(cmd))
+    if codec is None:
+        raise LogCodecError(f"{type(cmd).__name__} is not a durable command; it has no log record")
+    name = codec.cls.__name__
+    if codec.message_type is None:
+        raise LogCodecError(f"{name} has no message in fleet.v1.LogRecord (protos/fleet/v1/log.proto)")
+    record = log_pb2.LogRecord(
+        index=_int(index, "index", 0, UINT64_MAX),
+        now_ms=_int(cmd.now_ms, f"{name}.now_ms"),
+    )
+    body = getattr(record, codec.oneof)
+    body.SetInParent()  # a command without fields still selects its oneof member
+    for f in fields(codec.cls):
+        if f.name == "now_ms":
+            continue
+        pair = codec.fields.get(f.name)
+        where = f"{name}.{f.name}"
+        if pair is None:
+            raise LogCodecError(f"{where} has no field in fleet.v1.LogRecord.{name}; it would be lost")
+        try:
+            pair[0](body, getattr(cmd, f.name), where)
+        except (TypeError, ValueError) as e:  # protobuf's own refusal of a value
+            if isinstance(e, LogCodecError):
+                raise
+            raise LogCodecError(f"{where}: {e}") from None
+    return record.SerializeToString()
+
+
+def _unknown_field_path(msg: pb_message.Message, path: str) -> str:
+    """The path of the first message in `msg` holding fields this schema does not know."""
+    if len(unknown_fields.UnknownFieldSet(msg)):
+        return path
+    for fd, value in msg.ListFields():
+        if fd.message_type is None:
+            continue
+        children = value if fd.is_repeated else [value]
+        for i, child in enumerate(children):
+            found = _unknown_field_path(child, f"{path}.{fd.name}" + (f"[{i}]" if fd.is_repeated else ""))
+            if found:
+                return found
+    return ""
+
+
+def decode_record(data: bytes) -> tuple[int, Any]:
+    """The log index and the durable command that `data` (from `encode_record`) holds."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise LogCodecError(f"a log record is bytes, not {type(data).__name__}")
+    try:
+        record = log_pb2.LogRecord.FromString(bytes(data))
+    except pb_message.DecodeError as e:
+        raise LogCodecError(f"not a log record ({len(data)} bytes): {e}") from None
+    unknown = _unknown_field_path(record, "record")
+    if unknown:
+        raise LogCodecError(
+            f"record {record.index}: {unknown} has fields this version does not know "
+            "(written by a newer fleet?)"
+        )
+    oneof = record.WhichOneof("command")
+    if oneof is None:
+        raise LogCodecError(f"record {record.index} holds no command")
+    codec = _BY_ONEOF.get(oneof)
+    if codec is None:  # the schema knows it but the command classes do not: a retired command
+        raise LogCodecError(f"record {record.index}: command {oneof!r} is not a durable command of this version")
+    body = getattr(record, oneof)
+    name = codec.cls.__name__
+    values: dict[str, Any] = {"now_ms": record.now_ms}
+    for field_name, (_, decode) in codec.fields.items():
+        values[field_name] = decode(body, f"record {record.index}: {name}.{field_name}")
+    try:
+        return record.index, codec.cls(**values)
+    except TypeError as e:  # a message field the command class has not (or no longer) got
+        raise LogCodecError(f"record {record.index}: {name} does not take these fields: {e}") from None
+

@@ -69,3 +69,27 @@ ARTIFACT_COPY_CHUNK_BYTES = 1 << 20
 
 assert WORKER_STATE_MAP_BYTES >= 8 * WORKER_RECORD_BYTES_MAX, "the map holds several records"
 assert WORKER_RECORD_BYTES_MAX <= MESSAGE_BYTES_MAX, "a stored record must fit one message"
+
+# Coordinator write-ahead store and artifact store (coordinator/store.py, coordinator/artifacts.py).
+# The LMDB map is address space, not disk: the file grows with use. 1 GiB holds millions of
+# small log records; a full map doubles up to the ceiling, which an operator raises with
+# --map-size-mb.
+STORE_MAP_BYTES_DEFAULT = 1 << 30
+STORE_MAP_BYTES_MAX = 64 << 30
+# Two snapshots: when the newest fails its checksum the older one, and every record after it,
+# is still there. Compaction deletes records up to the older kept snapshot only.
+SNAPSHOTS_KEPT = 2
+# A logged command can carry a whole frozen spec; anything larger is a codec bug.
+LOG_RECORD_BYTES_MAX = 2 * SPEC_BYTES_MAX
+# Recovery reads the log in read transactions of this many records, so no reader is held
+# across the caller's fold of a long log.
+STORE_RECOVERY_BATCH_RECORDS = 1_024
+# Upload keys name temp files: one path component, short enough for NAME_MAX with a suffix.
+UPLOAD_KEY_CHARS_MAX = 200
+# An upload untouched this long is abandoned (its worker is gone or restarted the upload).
+ARTIFACT_TMP_AGE_MS_MAX = 24 * 60 * 60 * 1_000
+
+assert STORE_MAP_BYTES_DEFAULT <= STORE_MAP_BYTES_MAX
+assert SNAPSHOTS_KEPT >= 2, "falling back from a corrupt snapshot needs an older one"
+assert LOG_RECORD_BYTES_MAX * 4 <= STORE_MAP_BYTES_DEFAULT, "a few large records fit the map"
+assert UPLOAD_KEY_CHARS_MAX + len(".part") <= 255, "a temp file name fits NAME_MAX"

@@ -124,14 +124,20 @@ def _existing(directory: Path) -> dict[str, bytes]:
     }
 
 
-def stale_files() -> list[str]:
-    """Paths (relative to the repo) whose checked-in content differs from a fresh generation."""
+def _shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def stale_files(out_dir: Path | None = None) -> list[str]:
+    """One line per file of `out_dir` (default: the checked-in package) that is stale,
+    missing, or not produced by a fresh generation; empty when everything is current."""
+    out_dir = OUT_DIR if out_dir is None else out_dir
     with tempfile.TemporaryDirectory(prefix="fleet-gen-check-") as tmp:
         fresh_dir = Path(tmp)
         generate(fresh_dir)
         fresh = _existing(fresh_dir)
-    current = _existing(OUT_DIR)
-    rel = OUT_DIR.relative_to(ROOT)
+    current = _existing(out_dir)
+    rel = _shown(out_dir)
     problems: list[str] = []
     for name in sorted(set(fresh) | set(current)):
         if name not in current:

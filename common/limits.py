@@ -70,6 +70,28 @@ ARTIFACT_COPY_CHUNK_BYTES = 1 << 20
 assert WORKER_STATE_MAP_BYTES >= 8 * WORKER_RECORD_BYTES_MAX, "the map holds several records"
 assert WORKER_RECORD_BYTES_MAX <= MESSAGE_BYTES_MAX, "a stored record must fit one message"
 
+# Worker executors (command and python) and environment identity.
+# SIGTERM to SIGKILL when a subject or verifier overruns: enough to flush a log, short next to
+# any budget (budgets are whole seconds, at least one).
+PROCESS_KILL_GRACE_MS = 2_000
+# The verdict is the verifier's last non-empty stdout line; a chatty verifier's log is not read
+# whole, only this much of its end.
+VERDICT_TAIL_BYTES_MAX = 64 << 10
+# usage.json holds four numbers; anything bigger is not a usage file.
+USAGE_FILE_BYTES_MAX = 64 << 10
+# A report's detail is one short human line, not a log: logs travel as artifacts.
+REPORT_DETAIL_CHARS_MAX = 500
+# The stderr line carried into "EX_CONFIG: <line>"; with the prefix it fits ID_CHARS_MAX.
+ENVIRONMENT_FAILURE_LINE_CHARS_MAX = 150
+# `git rev-parse HEAD` answers in milliseconds; a hung one (a stale NFS mount) must not hang startup.
+GIT_REVISION_TIMEOUT_MS = 2_000
+# Credential redaction streams artifact files in chunks of this size.
+REDACT_CHUNK_BYTES = 1 << 20
+
+assert PROCESS_KILL_GRACE_MS < 1_000 * 60, "the kill grace must be short next to a budget"
+assert len("EX_CONFIG: ") + ENVIRONMENT_FAILURE_LINE_CHARS_MAX <= ID_CHARS_MAX
+assert REPORT_DETAIL_CHARS_MAX >= ID_CHARS_MAX
+
 # Coordinator write-ahead store and artifact store (coordinator/store.py, coordinator/artifacts.py).
 # The LMDB map is address space, not disk: the file grows with use. 1 GiB holds millions of
 # small log records; a full map doubles up to the ceiling, which an operator raises with

@@ -1,0 +1,358 @@
+"""What every executor shares: the job it is given, the outcome it returns, and the helpers
+that keep the evidence honest.
+
+Rules. An executor runs one cell attempt and returns a Report whose status is the one
+`expected_status` derives from its evidence; a report that breaks the evidence rules is our
+bug and crashes (`seal`). Each attempt gets a fresh directory under the worker's scratch
+root: `work/` (the cwd, deleted by the executor, cleanup CONFIRMED only when it is really
+gone), `tmp/`, and `artifacts/` (logs and `artifacts/output/`, left for the session to
+upload and delete). Credentials reach the subject only; their values are scrubbed from
+every artifact file and every string of the report. Usage is what the subject reported,
+never an invented zero.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import math
+import os
+import re
+import shutil
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol
+
+from common.evidence import ArtifactUnavailable, Report, Usage, evidence_problem, expected_status
+from common.limits import (
+    ARTIFACT_BYTES_MAX,
+    ID_CHARS_MAX,
+    REDACT_CHUNK_BYTES,
+    REPORT_DETAIL_CHARS_MAX,
+    SCORE_ABS_MAX,
+)
+
+# Token counts travel as int64 on the wire; anything near that is not a real count.
+TOKENS_MAX = 1 << 62
+REDACTED = "[redacted]"
+
+
+@dataclass(frozen=True, slots=True)
+class CellJob:
+    run_id: str
+    assignment_id: str
+    attempt_id: str
+    cell_id: str
+    task_id: str
+    repetition: int
+    subject_id: str
+    task: Mapping  # the task's JSON object from the spec ({"id", "input", "dir", ...})
+    subject: Mapping  # the subject's JSON object
+    verifier: Mapping  # the spec's verifier object
+    executor: Mapping  # the spec's executor object
+    subject_timeout_s: int  # spec.budget.timeoutSeconds
+    bench_root: Path
+    work_root: Path  # the worker's scratch dir; each attempt gets a fresh dir below it
+    credentials: Mapping[str, str]  # only the names the subject declares, from the worker's env
+
+
+@dataclass(frozen=True, slots=True)
+class LocalArtifact:
+    """A file for the session to upload; the session computes its digest."""
+
+    name: str
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class CellOutcome:
+    report: Report  # artifacts=(): the session fills digests; `unavailable` may be set
+    files: tuple[LocalArtifact, ...]
+
+
+class Executor(Protocol):
+    async def run(self, job: CellJob, cancel: asyncio.Event) -> CellOutcome: ...
+
+
+def executor_for(kind: str, *, path: str | None = None) -> Executor:
+    """The executor of a spec's `executor.kind`. `path` is the PATH subjects' commands are
+    resolved with (the worker's configuration); the default is the system's minimal one."""
+    if kind == "command":
+        from worker.executor.command import DEFAULT_PATH, CommandExecutor
+
+        return CommandExecutor(path=path or DEFAULT_PATH)
+    if kind == "python":
+        from worker.executor.pyfunc import PythonExecutor
+
+        return PythonExecutor()
+    raise ValueError(f"no executor for kind {kind!r} on this worker (have: command, python)")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---- the report ---------------------------------------------------------------------------
+
+
+def seal(report: Report) -> Report:
+    """Give the report the status its evidence implies, and crash if the evidence is malformed."""
+    report = dataclasses.replace(report, status=expected_status(report))
+    problem = evidence_problem(report)
+    if problem or report.status != expected_status(report):
+        raise AssertionError(f"executor built a malformed report ({problem or 'status mismatch'}): {report!r}")
+    return report
+
+
+def one_line(text: str, limit: int = REPORT_DETAIL_CHARS_MAX) -> str:
+    """A single line of at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def usage_fields(value: Any) -> tuple[Usage, dict[str, Any], str]:
+    """(usage, Report fields, note) from a subject's usage object.
+
+    All of inputTokens, outputTokens and costUsd valid: COMPLETE; some: PARTIAL; none: MISSING.
+    Invalid values are dropped with a note, never replaced by zero."""
+    if not isinstance(value, dict):
+        return Usage.MISSING, {}, f"usage is not an object ({type(value).__name__})"
+    fields: dict[str, Any] = {}
+    bad: list[str] = []
+    for key, attr in (("inputTokens", "input_tokens"), ("outputTokens", "output_tokens"),
+                      ("cachedTokens", "cached_tokens")):
+        if key in value:
+            v = value[key]
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= TOKENS_MAX:
+                fields[attr] = v
+            else:
+                bad.append(key)
+    if "costUsd" in value:
+        v = value["costUsd"]
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
+            fields["cost_usd"] = float(v)
+        else:
+            bad.append("costUsd")
+    core = sum(attr in fields for attr in ("input_tokens", "output_tokens", "cost_usd"))
+    if core == 3:
+        usage = Usage.COMPLETE
+    elif fields:
+        usage = Usage.PARTIAL
+    else:
+        usage = Usage.MISSING
+    note = f"usage fields ignored as invalid: {', '.join(bad)}" if bad else ""
+    if usage == Usage.MISSING and not note:
+        note = "usage reported no known field"
+    return usage, fields, note
+
+
+def score_of(value: Any) -> float | None:
+    """A finite score within the evidence bounds, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        score = float(value)
+    except OverflowError:
+        return None
+    if not math.isfinite(score) or abs(score) > SCORE_ABS_MAX:
+        return None
+    return score
+
+
+# ---- credentials --------------------------------------------------------------------------
+
+
+def declared_credentials(job: CellJob) -> tuple[dict[str, str], str]:
+    """The subject's declared credentials from the job, or an environment failure naming the
+    first one this worker does not have. Names the subject did not declare are dropped."""
+    declared = job.subject.get("credentials") or ()
+    env: dict[str, str] = {}
+    for name in declared:
+        if name not in job.credentials:
+            return {}, f"credential {name} is not set on this worker"
+        env[name] = job.credentials[name]
+    return env, ""
+
+
+class Redactor:
+    """Replaces every credential value with a marker, in strings and (streaming) in files."""
+
+    __slots__ = ("_secrets", "_secret_bytes", "_keep")
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        # Longest first, so a secret that contains another is replaced whole.
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._secret_bytes = [s.encode() for s in self._secrets]
+        self._keep = max((len(b) for b in self._secret_bytes), default=1) - 1
+
+    def __bool__(self) -> bool:
+        return bool(self._secrets)
+
+    def text(self, value: str) -> str:
+        for s in self._secrets:
+            value = value.replace(s, REDACTED)
+        return value
+
+    def _bytes(self, data: bytes) -> bytes:
+        for s in self._secret_bytes:
+            data = data.replace(s, REDACTED.encode())
+        return data
+
+    def file(self, path: Path) -> bool:
+        """Scrub one file in place (via a temporary file and a rename); True when it changed.
+
+        A match can straddle two chunks, so the last len(longest secret) - 1 bytes of each
+        redacted buffer are carried into the next: any occurrence not yet replaced must end
+        beyond the buffer, so it starts inside the carried tail."""
+        if not self._secrets:
+            return False
+        tmp = path.with_name(path.name + ".redact-tmp")
+        changed = False
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            carry = b""
+            while True:
+                chunk = src.read(REDACT_CHUNK_BYTES)
+                buf = carry + chunk
+                cleaned = self._bytes(buf)
+                changed = changed or cleaned != buf
+                if not chunk:
+                    dst.write(cleaned)
+                    break
+                if self._keep and len(cleaned) > self._keep:
+                    dst.write(cleaned[: -self._keep])
+                    carry = cleaned[-self._keep:]
+                elif self._keep:
+                    carry = cleaned
+                else:
+                    dst.write(cleaned)
+                    carry = b""
+        if changed:
+            os.replace(tmp, path)
+        else:
+            tmp.unlink()
+        return changed
+
+    def tree(self, root: Path) -> None:
+        for dirpath, _dirs, names in os.walk(root):
+            for name in names:
+                p = Path(dirpath, name)
+                if stat.S_ISREG(p.lstat().st_mode):
+                    self.file(p)
+
+
+# ---- the attempt's directories ------------------------------------------------------------
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_name(attempt_id: str) -> str:
+    """A directory name for an attempt id (which holds ':' and '/'): readable, bounded and,
+    thanks to the digest suffix, distinct for distinct ids."""
+    readable = _UNSAFE.sub("_", attempt_id)[:100]
+    return f"{readable}-{hashlib.sha256(attempt_id.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptDirs:
+    root: Path
+    work: Path  # the cwd and HOME; deleted by the executor
+    tmp: Path  # TMPDIR; deleted by the executor
+    artifacts: Path  # logs; left for the session
+    output: Path  # FLEET_OUTPUT_DIR, below artifacts; every file becomes an artifact
+
+    @classmethod
+    def of(cls, work_root: Path, attempt_id: str) -> AttemptDirs:
+        root = work_root / safe_name(attempt_id)
+        return cls(root, root / "work", root / "tmp", root / "artifacts", root / "artifacts" / "output")
+
+    def create(self, *, with_tmp: bool) -> None:
+        """Fresh directories; a leftover from an earlier life of this worker is removed first."""
+        if os.path.lexists(self.root):
+            remove_tree(self.root)
+        self.root.mkdir(parents=True)
+        self.work.mkdir()
+        if with_tmp:
+            self.tmp.mkdir()
+        self.output.mkdir(parents=True)
+
+
+def copy_task_dir(bench_root: Path, task: Mapping, work: Path) -> str:
+    """Copy the task's `dir` into the work dir; an environment failure reason, or ""."""
+    rel = task.get("dir") or ""
+    if not rel:
+        return ""
+    root = bench_root.resolve()
+    src = (root / rel).resolve()
+    if not src.is_relative_to(root):
+        return f"task dir {rel!r} leaves the bench root"
+    if not src.is_dir():
+        return f"task dir {rel!r} not found under the bench root"
+    shutil.copytree(src, work, symlinks=True, dirs_exist_ok=True)
+    return ""
+
+
+def remove_tree(path: Path) -> bool:
+    """Delete a tree, making read-only directories writable on the way; True when it is gone."""
+
+    def _retry(func: Any, p: str, _exc: Any) -> None:
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    if os.path.lexists(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, onerror=_retry)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return not os.path.lexists(path)
+
+
+def output_artifacts(output: Path, room: int, redactor: Redactor) -> tuple[list[LocalArtifact], list[ArtifactUnavailable]]:
+    """Every regular file under the output dir as `output/<relpath>`, at most `room` entries.
+
+    Symlinks are not followed (a link to a worker file must not upload it) and files larger
+    than an artifact may be are recorded as unavailable, with the reason."""
+    files: list[LocalArtifact] = []
+    missing: list[ArtifactUnavailable] = []
+    entries: list[tuple[str, Path]] = []
+    for dirpath, dirs, names in os.walk(output):
+        # os.walk lists a symlink to a directory among the directories and does not enter
+        # it; it is reported like any other link.
+        links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
+        dirs[:] = sorted(d for d in dirs if d not in links)
+        for name in sorted(names + links):
+            p = Path(dirpath, name)
+            entries.append((p.relative_to(output).as_posix(), p))
+    entries.sort()
+    keep = len(entries) if len(entries) <= room else max(room - 1, 0)
+    overflow = len(entries) - keep
+    for rel, p in entries[:keep]:
+        name = "output/" + rel
+        if len(name) > ID_CHARS_MAX:
+            name = f"output/{rel[: ID_CHARS_MAX - 30]}…{hashlib.sha256(rel.encode()).hexdigest()[:12]}"
+            missing.append(ArtifactUnavailable(name, "path too long for an artifact name"))
+            continue
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            missing.append(ArtifactUnavailable(name, "a symbolic link; links are not followed"))
+        elif not stat.S_ISREG(st.st_mode):
+            missing.append(ArtifactUnavailable(name, "not a regular file"))
+        elif st.st_size > ARTIFACT_BYTES_MAX:
+            missing.append(ArtifactUnavailable(name, f"{st.st_size} bytes exceed the artifact limit of {ARTIFACT_BYTES_MAX}"))
+        else:
+            if redactor:
+                redactor.file(p)
+            files.append(LocalArtifact(name, p))
+    if overflow:
+        missing.append(ArtifactUnavailable("output/…", f"{overflow} more output files beyond the limit of artifacts per report"))
+    return files, missing

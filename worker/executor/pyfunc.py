@@ -1,0 +1,304 @@
+"""The python executor: a subject and a verifier as in-process callables, for measuring
+fleet's own overhead and for benchmarks that are plain Python.
+
+Rules. Callables are `module:function` imported from the bench root (added to sys.path
+once per root, after the worker's own paths so a bench module cannot shadow the standard
+library); an import failure is a deterministic environment failure. The subject runs in a
+worker thread as `fn(ctx)`; returning is COMPLETED, raising is SUBJECT_FAILED, raising an
+exception named `InfrastructureError` is UNKNOWN (retried). A timeout is a measured
+failure, but a thread cannot be killed, so it may still be running: the detail says so.
+The verifier runs as `fn(ctx, subject_result)` and returns a number or {"score": x}.
+No subprocess and no file per cell unless the callables write into `ctx.output_dir`.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from common.evidence import ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification
+from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX
+from common.spec import VERIFIER_TIMEOUT_SECONDS_DEFAULT
+from worker.executor.base import (
+    AttemptDirs,
+    CellJob,
+    CellOutcome,
+    LocalArtifact,
+    Redactor,
+    copy_task_dir,
+    declared_credentials,
+    now_ms,
+    one_line,
+    output_artifacts,
+    remove_tree,
+    score_of,
+    seal,
+    usage_fields,
+)
+
+INFRASTRUCTURE_ERROR_NAME = "InfrastructureError"
+
+
+class InfrastructureError(Exception):
+    """Raise from a subject when the infrastructure failed, not the subject (a provider
+    outage, a lost connection to a sandbox): the attempt is UNKNOWN and the cell is retried.
+    Benchmarks that cannot import fleet may define their own class of this name."""
+
+
+class CellContext:
+    """What a subject or verifier callable is given. The work and output dirs are created on
+    first use: a cell whose callables touch neither costs no directory at all."""
+
+    __slots__ = ("task", "params", "repetition", "credentials", "attempt_id", "run_id", "cell_id",
+                 "task_id", "subject_id", "bench_root", "_dirs")
+
+    def __init__(self, *, task: dict[str, Any], params: dict[str, Any], repetition: int,
+                 dirs: AttemptDirs, credentials: Mapping[str, str], attempt_id: str, run_id: str,
+                 cell_id: str, task_id: str, subject_id: str, bench_root: Path) -> None:
+        self.task = task  # the task's JSON object from the spec (a copy)
+        self.params = params  # the subject's (or, for the verifier, the verifier's) params
+        self.repetition = repetition
+        self.credentials = credentials  # the subject's declared credentials; empty for the verifier
+        self.attempt_id = attempt_id
+        self.run_id = run_id
+        self.cell_id = cell_id
+        self.task_id = task_id
+        self.subject_id = subject_id
+        self.bench_root = bench_root
+        self._dirs = dirs
+
+    @property
+    def work_dir(self) -> Path:
+        """A fresh dir holding a copy of the task's dir; deleted after the cell."""
+        self._dirs.work.mkdir(parents=True, exist_ok=True)
+        return self._dirs.work
+
+    @property
+    def output_dir(self) -> Path:
+        """Every file written here becomes an artifact `output/<relpath>`."""
+        self._dirs.output.mkdir(parents=True, exist_ok=True)
+        return self._dirs.output
+
+
+_lock = threading.Lock()
+_roots_on_path: set[str] = set()
+_callables: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+def _is_infrastructure_error(e: BaseException) -> bool:
+    return any(c.__name__ == INFRASTRUCTURE_ERROR_NAME for c in type(e).__mro__)
+
+
+def _import(bench_root: Path, target: str) -> Callable[..., Any] | str:
+    """The callable `module:function`, or an environment failure reason. Slow path: may import."""
+    module_name, sep, func_name = target.partition(":")
+    if not sep or not module_name or not func_name:
+        return f"import error: {target!r} is not 'module:function'"
+    with _lock:
+        root = str(bench_root.resolve())
+        if root not in _roots_on_path:
+            sys.path.append(root)
+            _roots_on_path.add(root)
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as e:  # a module's top level can raise anything, SystemExit included
+        return one_line(f"import error: {module_name}: {type(e).__name__}: {e}", ID_CHARS_MAX)
+    fn = getattr(module, func_name, None)
+    if not callable(fn):
+        return one_line(f"import error: {module_name} has no callable {func_name!r}", ID_CHARS_MAX)
+    with _lock:
+        _callables[(str(bench_root), target)] = fn
+    return fn
+
+
+async def _load(bench_root: Path, target: str) -> Callable[..., Any] | str:
+    fn = _callables.get((str(bench_root), target))
+    if fn is not None:
+        return fn
+    return await asyncio.to_thread(_import, bench_root, target)
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+    """Runs in the worker thread; never raises, so nothing a callable does (SystemExit
+    included) escapes into the event loop."""
+    try:
+        return True, fn(*args)
+    except BaseException as e:  # noqa: BLE001 - the callable's failure is evidence
+        return False, e
+
+
+_TIMEOUT = object()
+_CANCELLED = object()
+
+
+async def _race(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float,
+                cancel: asyncio.Event) -> Any:
+    """(ok, value) from the thread, or _TIMEOUT / _CANCELLED, whichever comes first."""
+    call = asyncio.ensure_future(asyncio.to_thread(_call, fn, *args))
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait((call, cancelled), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancelled.cancel()
+        if not call.done():
+            call.cancel()  # the thread runs on; only our wait for it ends
+    if cancel.is_set():
+        return _CANCELLED
+    if call.done() and not call.cancelled():
+        return call.result()
+    return _TIMEOUT
+
+
+@dataclass(slots=True)
+class _Evidence:
+    execution: Execution = Execution.UNKNOWN
+    verification: Verification = Verification.NOT_RUN
+    score: float | None = None
+    environment_failure: str = ""
+    usage: Usage = Usage.MISSING
+    usage_fields: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class PythonExecutor:
+    """Runs `executor.kind == "python"` cells. Stateless between cells: many run at once."""
+
+    async def run(self, job: CellJob, cancel: asyncio.Event) -> CellOutcome:
+        started = now_ms()
+        ev = _Evidence()
+        dirs = AttemptDirs.of(job.work_root, job.attempt_id)
+        credentials, missing = declared_credentials(job)
+        redactor = Redactor(credentials.values())
+        if cancel.is_set():
+            ev.notes.append("cancelled before the subject started")
+            return self._finish(ev, dirs, redactor, started)
+        if missing:
+            ev.execution, ev.environment_failure = Execution.NOT_STARTED, missing
+            return self._finish(ev, dirs, redactor, started)
+        subject_fn = await _load(job.bench_root, job.subject.get("callable", ""))
+        verifier_fn = await _load(job.bench_root, job.verifier.get("callable", ""))
+        for role, fn in (("subject", subject_fn), ("verifier", verifier_fn)):
+            if isinstance(fn, str):
+                ev.execution = Execution.NOT_STARTED
+                ev.environment_failure = fn
+                ev.notes.append(f"the {role}'s callable could not be imported")
+                return self._finish(ev, dirs, redactor, started)
+        assert not isinstance(subject_fn, str) and not isinstance(verifier_fn, str)
+        try:
+            if os.path.lexists(dirs.root):
+                remove_tree(dirs.root)  # a leftover of an earlier life of this worker
+            if job.task.get("dir"):
+                dirs.work.mkdir(parents=True)
+                failure = await asyncio.to_thread(copy_task_dir, job.bench_root, job.task, dirs.work)
+                if failure:
+                    ev.execution, ev.environment_failure = Execution.NOT_STARTED, failure
+                    return self._finish(ev, dirs, redactor, started)
+        except OSError as e:
+            ev.execution = Execution.NOT_STARTED
+            ev.notes.append(f"could not prepare the attempt dir: {e.strerror or e}")
+            return self._finish(ev, dirs, redactor, started)
+
+        common = dict(task=dict(job.task), repetition=job.repetition, dirs=dirs,
+                      attempt_id=job.attempt_id, run_id=job.run_id, cell_id=job.cell_id,
+                      task_id=job.task_id, subject_id=job.subject_id, bench_root=job.bench_root)
+        ctx = CellContext(params=dict(job.subject.get("params") or {}), credentials=dict(credentials), **common)
+        got = await _race(subject_fn, (ctx,), job.subject_timeout_s, cancel)
+        if got is _CANCELLED:
+            return self._cancelled(ev, dirs, redactor, started)
+        subject_result: Any = None
+        if got is _TIMEOUT:
+            ev.execution = Execution.SUBJECT_FAILED
+            ev.notes.append(f"timeout after {job.subject_timeout_s}s (a thread cannot be killed: "
+                            "the subject may still be running)")
+        else:
+            ok, value = got
+            if ok:
+                ev.execution = Execution.COMPLETED
+                ev.notes.append("subject completed")
+                subject_result = value
+                if isinstance(value, dict) and "usage" in value:
+                    ev.usage, ev.usage_fields, note = usage_fields(value["usage"])
+                    if note:
+                        ev.notes.append(note)
+            elif _is_infrastructure_error(value):
+                ev.execution = Execution.UNKNOWN
+                ev.notes.append(f"subject infrastructure failure: {value}; verifier skipped")
+                return await self._finish_async(ev, dirs, redactor, started)
+            else:
+                ev.execution = Execution.SUBJECT_FAILED
+                ev.notes.append(f"subject raised {type(value).__name__}: {value}")
+
+        vctx = CellContext(params=dict(job.verifier.get("params") or {}), credentials={}, **common)
+        timeout_s = int(job.verifier.get("timeoutSeconds", VERIFIER_TIMEOUT_SECONDS_DEFAULT))
+        got = await _race(verifier_fn, (vctx, subject_result), timeout_s, cancel)
+        if got is _CANCELLED:
+            return self._cancelled(ev, dirs, redactor, started)
+        ev.verification = Verification.INVALID
+        if got is _TIMEOUT:
+            ev.notes.append(f"verifier timeout after {timeout_s}s")
+        else:
+            ok, value = got
+            if not ok:
+                ev.notes.append("verifier infrastructure failure" if _is_infrastructure_error(value)
+                                else f"verifier raised {type(value).__name__}: {value}")
+            else:
+                score = score_of(value["score"] if isinstance(value, dict) and "score" in value else value)
+                if score is None:
+                    ev.notes.append(f"verifier returned no finite score ({type(value).__name__})")
+                else:
+                    ev.verification, ev.score = Verification.VALID, score
+                    ev.notes.append(f"score {score:g}")
+        return await self._finish_async(ev, dirs, redactor, started)
+
+    def _cancelled(self, ev: _Evidence, dirs: AttemptDirs, redactor: Redactor, started: int) -> CellOutcome:
+        ev.execution, ev.verification, ev.score = Execution.UNKNOWN, Verification.NOT_RUN, None
+        ev.notes.append("cancelled (a thread cannot be killed: the callable may still be running)")
+        return self._finish(ev, dirs, redactor, started)
+
+    async def _finish_async(self, ev: _Evidence, dirs: AttemptDirs, redactor: Redactor,
+                            started: int) -> CellOutcome:
+        """The common ending: a cell that made no directory costs one stat; anything with
+        files in it is removed and collected in a thread, off the event loop."""
+        if not os.path.lexists(dirs.root):
+            return self._finish(ev, dirs, redactor, started)
+        return await asyncio.to_thread(self._finish, ev, dirs, redactor, started)
+
+    def _finish(self, ev: _Evidence, dirs: AttemptDirs, redactor: Redactor, started: int) -> CellOutcome:
+        files: list[LocalArtifact] = []
+        unavailable: list[ArtifactUnavailable] = []
+        gone = True
+        if os.path.lexists(dirs.root):
+            gone = remove_tree(dirs.work)
+            if not gone:
+                ev.notes.append("work dir could not be removed")
+            if dirs.output.is_dir():
+                files, unavailable = output_artifacts(dirs.output, ARTIFACTS_PER_REPORT_MAX, redactor)
+            if not files and not unavailable:
+                # Nothing for the session to upload: leave no empty directories behind.
+                for d in (dirs.output, dirs.artifacts, dirs.root):
+                    try:
+                        os.rmdir(d)
+                    except FileNotFoundError:
+                        pass
+                    except OSError:
+                        break
+        report = Report(
+            status=Status.UNSPECIFIED,
+            execution=ev.execution,
+            verification=ev.verification,
+            usage=ev.usage,
+            cleanup=Cleanup.CONFIRMED if gone else Cleanup.UNKNOWN,
+            score=ev.score,
+            environment_failure=one_line(redactor.text(ev.environment_failure), ID_CHARS_MAX),
+            started_ms=started,
+            finished_ms=now_ms(),
+            detail=one_line(redactor.text("; ".join(ev.notes))),
+            unavailable=tuple(unavailable),
+            **ev.usage_fields,
+        )
+        return CellOutcome(seal(report), tuple(files))

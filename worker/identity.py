@@ -1,0 +1,239 @@
+"""The worker's environment identity: a manifest of what is really installed here, and its id.
+
+Rules. Every entry is measured on this machine (the interpreter, the platform, fleet's own
+version, revision and source, the bench root's revision, the digests of the benchmark
+files the spec's commands and callables name, of every task dir, and of the tools the
+commands resolve to), never echoed from a configured string. Absent things are omitted
+(no git checkout: no revision) or recorded as "missing" (a named file that is not there),
+so two workers agree exactly when their measurements agree. Nothing is imported or run
+from the bench root: identity must not execute benchmark code.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import stat
+import subprocess
+import sys
+from importlib.machinery import PathFinder
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from common.limits import GIT_REVISION_TIMEOUT_MS
+from common.spec import canonical_json
+from worker.executor.command import DEFAULT_PATH, PLACEHOLDER, UnknownPlaceholder, substitute, template_values
+
+ENVIRONMENT_ID_HEX_CHARS = 16
+FLEET_ROOT = Path(__file__).resolve().parent.parent
+# The parts of fleet that run on a worker; coordinator and tools code does not change what
+# a cell does here.
+FLEET_SOURCE_DIRS = ("common", "worker")
+SKIPPED_DIRS = {"__pycache__", ".git"}
+MISSING = "missing"
+_HEX_REVISION = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def compute_manifest(spec_document: Mapping, bench_root: Path, *, path: str | None = None) -> dict[str, str]:
+    """What this worker measures for running `spec_document` from `bench_root`. `path` is the
+    PATH the command executor resolves commands with (its default unless configured)."""
+    bench_root = Path(os.path.abspath(bench_root))  # as the executors substitute it
+    m: dict[str, str] = {
+        "python.implementation": platform.python_implementation(),
+        "python.version": platform.python_version(),
+        "platform.machine": platform.machine(),
+        "platform.system": platform.system(),
+    }
+    try:
+        m["fleet.version"] = importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    rev = git_revision(FLEET_ROOT)
+    if rev:
+        m["fleet.revision"] = rev
+    m["fleet.source"] = tree_digest(FLEET_ROOT, FLEET_SOURCE_DIRS, suffix=".py")
+    rev = git_revision(bench_root)
+    if rev:
+        m["bench.revision"] = rev
+    executor = spec_document.get("executor") or {}
+    kind = str(executor.get("kind", ""))
+    m["executor.kind"] = kind
+    tasks = list(spec_document.get("tasks") or ())
+    for task in tasks:
+        rel = task.get("dir")
+        if rel:
+            src = bench_root / rel
+            m[f"bench.taskdir:{rel}"] = tree_digest(src) if src.is_dir() else MISSING
+    subjects = list(spec_document.get("subjects") or ())
+    verifier = spec_document.get("verifier") or {}
+    if kind == "command":
+        reps = int(spec_document.get("repetitions") or 1)
+        for program in [*subjects, verifier]:
+            _command_entries(m, program, tasks, reps, bench_root, path or DEFAULT_PATH)
+    elif kind == "python":
+        for program in [*subjects, verifier]:
+            target = program.get("callable")
+            if isinstance(target, str) and ":" in target:
+                module = target.partition(":")[0]
+                m[f"python.module:{module}"] = _module_digest(module, bench_root)
+    return dict(sorted(m.items()))
+
+
+def environment_id(manifest: Mapping[str, str]) -> str:
+    digest = hashlib.sha256(canonical_json(dict(manifest)).encode()).hexdigest()
+    return "env-" + digest[:ENVIRONMENT_ID_HEX_CHARS]
+
+
+def describe(spec_document: Mapping, bench_root: Path, *, path: str | None = None) -> str:
+    """Pretty JSON of the manifest and its id, for `fleet-worker identity`."""
+    manifest = compute_manifest(spec_document, bench_root, path=path)
+    return json.dumps({"environmentId": environment_id(manifest), "manifest": manifest},
+                      indent=2, sort_keys=True)
+
+
+# ---- measurements -------------------------------------------------------------------------
+
+
+def git_revision(directory: Path) -> str:
+    """HEAD of the git checkout holding `directory`, or "" (not a checkout, no git, no commit)."""
+    if not Path(directory).is_dir():
+        return ""
+    try:
+        done = subprocess.run(["git", "-C", str(directory), "rev-parse", "HEAD"],
+                              capture_output=True, text=True,
+                              timeout=GIT_REVISION_TIMEOUT_MS / 1000, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    rev = done.stdout.strip()
+    return rev if done.returncode == 0 and _HEX_REVISION.match(rev) else ""
+
+
+def file_digest(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tree_digest(root: Path, subdirs: Iterable[str] = ("",), *, suffix: str = "") -> str:
+    """One digest over the names, kinds, executable bits and contents of a tree; symlinks by
+    their target, never followed. Caches (__pycache__) and .git are not part of a tree."""
+    h = hashlib.sha256()
+    for sub in subdirs:
+        top = root / sub if sub else root
+        for dirpath, dirs, names in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            rel_dir = Path(dirpath).relative_to(root).as_posix()
+            h.update(b"D " + rel_dir.encode() + b"\n")
+            for name in sorted(names):
+                if suffix and not name.endswith(suffix):
+                    continue
+                p = Path(dirpath, name)
+                rel = p.relative_to(root).as_posix().encode()
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    h.update(b"L " + rel + b"\0" + os.readlink(p).encode() + b"\n")
+                elif stat.S_ISREG(st.st_mode):
+                    x = b"x" if st.st_mode & 0o111 else b"-"
+                    h.update(b"F " + rel + b"\0" + x + file_digest(p).encode() + b"\n")
+    return h.hexdigest()
+
+
+def _expansions(token: str, tasks: list[Mapping], reps: int, bench_root: Path, subject_id: str) -> set[str]:
+    """Every value a templated token takes over the spec's tasks and repetitions."""
+    names = {m.group(1) for m in PLACEHOLDER.finditer(token)}
+    task_list = tasks if names & {"task.id", "task.input"} else tasks[:1] or [{}]
+    rep_list = range(1, reps + 1) if "repetition" in names else (1,)
+    out: set[str] = set()
+    for task in task_list:
+        for rep in rep_list:
+            try:
+                out.add(substitute(token, template_values(task, subject_id, rep, bench_root)))
+            except UnknownPlaceholder:
+                return set()  # the executor refuses such a spec; nothing to measure
+    return out
+
+
+def _under(bench_root: Path, text: str) -> Path | None:
+    """The bench file an absolute path names, or None. A relative path is not measured here:
+    processes run in the work dir, so it names a file of the task dir's copy, which the
+    task dir's digest covers."""
+    p = Path(text)
+    if not text or not p.is_absolute():
+        return None
+    root = bench_root.resolve()
+    try:
+        p = p.resolve()
+    except OSError:
+        return None
+    if p == root or not p.is_relative_to(root):
+        return None
+    return p
+
+
+def _command_entries(m: dict[str, str], program: Mapping, tasks: list[Mapping], reps: int,
+                     bench_root: Path, path: str) -> None:
+    command = program.get("command")
+    if not isinstance(command, str):
+        return
+    subject_id = str(program.get("id", ""))
+    root = bench_root.resolve()
+    for text in sorted(_expansions(command, tasks, reps, bench_root, subject_id)):
+        p = _under(bench_root, text)
+        if p is not None and p.is_file():
+            m[f"bench.file:{p.relative_to(root).as_posix()}"] = file_digest(p)
+            continue
+        tool = _which(text, path)
+        m[f"tool:{text}"] = file_digest(Path(tool)) if tool else MISSING
+    for arg in program.get("args") or ():
+        for text in sorted(_expansions(str(arg), tasks, reps, bench_root, subject_id)):
+            # A flag may carry its path after "=": `--script={{bench_root}}/x.py`.
+            for candidate in {text, text.partition("=")[2]}:
+                p = _under(bench_root, candidate)
+                if p is not None and p.is_file():
+                    m[f"bench.file:{p.relative_to(root).as_posix()}"] = file_digest(p)
+
+
+def _which(command: str, path: str) -> str:
+    """The real file a command runs (symlinks resolved), looked up as the executor does."""
+    if "/" in command:
+        candidates = [command]
+    else:
+        candidates = [os.path.join(d, command) for d in path.split(os.pathsep) if d]
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.realpath(c)
+    return ""
+
+
+def _module_digest(module: str, bench_root: Path) -> str:
+    """sha256 of a callable's module file, found as the python executor would find it (the
+    worker's own paths first, the bench root last; an already imported module as it is),
+    without importing or running anything."""
+    search = [p for p in sys.path if p] + [str(bench_root.resolve())]
+    origin: str | None = None
+    name = ""
+    for part in module.split("."):
+        name = f"{name}.{part}" if name else part
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            origin = getattr(loaded, "__file__", None) or "builtin"
+            search = list(getattr(loaded, "__path__", None) or [])
+            continue
+        try:
+            spec = PathFinder.find_spec(name, search)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            return MISSING
+        origin = spec.origin
+        search = list(spec.submodule_search_locations or [])
+    if origin == "builtin":
+        return "builtin"
+    if origin and os.path.isfile(origin):
+        return file_digest(Path(origin))
+    return MISSING

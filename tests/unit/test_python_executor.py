@@ -1,0 +1,205 @@
+"""Goal: the python executor turns what in-process subject and verifier callables do into honest
+evidence, cheaply; method: run the fixture module tests/fixtures/bench/toybench.py through
+PythonExecutor with one behaviour per test, then time a batch of no-op cells."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.evidence import Cleanup, Execution, Status, Usage, Verification, evidence_problem, expected_status
+from worker.executor import CellJob, CellOutcome
+from worker.executor.base import AttemptDirs
+from worker.executor.pyfunc import InfrastructureError, PythonExecutor
+
+BENCH = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
+SECRET = "sk-python-fixture-secret"
+
+
+def make_job(tmp_path: Path, subject: dict[str, Any] | None = None, verifier: dict[str, Any] | None = None,
+             *, task: dict[str, Any] | None = None, timeout_s: int = 10, attempt: str = "run-1:add/r2/s1:a1",
+             declared: tuple[str, ...] = (), credentials: dict[str, str] | None = None) -> CellJob:
+    task = task if task is not None else {"id": "add", "input": "sum", "dir": "tasks/add"}
+    subject = {"id": "s1", "callable": "toybench:subject", "params": {"mode": "right"}, **(subject or {})}
+    if declared:
+        subject["credentials"] = list(declared)
+    verifier = {"callable": "toybench:verify", "params": {"mode": "answer"}, "timeoutSeconds": 10, **(verifier or {})}
+    return CellJob(
+        run_id="run-1", assignment_id="run-1:add/r2:g1", attempt_id=attempt, cell_id="add/r2/s1",
+        task_id=task["id"], repetition=2, subject_id="s1", task=task, subject=subject,
+        verifier=verifier, executor={"kind": "python"}, subject_timeout_s=timeout_s,
+        bench_root=BENCH, work_root=tmp_path / "scratch", credentials=credentials or {})
+
+
+def run_timed(job: CellJob, cancel_after_s: float | None = None) -> tuple[CellOutcome, float]:
+    """The outcome and how long `run` took. Timed inside the loop: asyncio.run itself waits
+    for a timed-out subject's thread at shutdown, which a long-lived worker loop never does."""
+    async def go() -> tuple[CellOutcome, float]:
+        cancel = asyncio.Event()
+        if cancel_after_s is not None:
+            asyncio.get_running_loop().call_later(cancel_after_s, cancel.set)
+        t0 = time.monotonic()
+        out = await PythonExecutor().run(job, cancel)
+        return out, time.monotonic() - t0
+
+    out, elapsed = asyncio.run(go())
+    r = out.report
+    assert evidence_problem(r) == "" and r.status == expected_status(r)
+    assert not AttemptDirs.of(job.work_root, job.attempt_id).work.exists() or r.cleanup == Cleanup.UNKNOWN
+    return out, elapsed
+
+
+def run(job: CellJob, cancel_after_s: float | None = None) -> CellOutcome:
+    return run_timed(job, cancel_after_s)[0]
+
+
+def test_a_right_answer_completes_with_usage_and_leaves_nothing_on_disk(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    out = run(job)
+    r = out.report
+    assert (r.status, r.execution, r.verification, r.score) == (Status.COMPLETED, Execution.COMPLETED, Verification.VALID, 1.0)
+    assert (r.usage, r.input_tokens, r.output_tokens, r.cost_usd, r.cached_tokens) == (Usage.COMPLETE, 7, 3, 0.01, 2)
+    assert r.cleanup == Cleanup.CONFIRMED and out.files == ()
+    assert not AttemptDirs.of(job.work_root, job.attempt_id).root.exists()
+
+
+def test_a_wrong_answer_is_a_measured_zero_and_no_usage_is_missing(tmp_path: Path) -> None:
+    r = run(make_job(tmp_path, {"params": {"mode": "wrong"}})).report
+    assert (r.status, r.score, r.usage, r.cost_usd) == (Status.COMPLETED, 0.0, Usage.MISSING, None)
+
+
+def test_partial_usage(tmp_path: Path) -> None:
+    r = run(make_job(tmp_path, {"params": {"mode": "usage", "usage": {"inputTokens": 5, "costUsd": -1}}})).report
+    assert (r.usage, r.input_tokens, r.output_tokens, r.cost_usd) == (Usage.PARTIAL, 5, None, None)
+    assert "costUsd" in r.detail
+
+
+@pytest.mark.parametrize("mode", ["raise", "exit"])
+def test_an_exception_is_a_subject_failure_and_still_verified(tmp_path: Path, mode: str) -> None:
+    r = run(make_job(tmp_path, {"params": {"mode": mode}}, {"params": {"mode": "seen"}})).report
+    assert (r.status, r.execution, r.verification, r.score) == (Status.SUBJECT_FAILED, Execution.SUBJECT_FAILED, Verification.VALID, 1.0)
+    assert "subject raised" in r.detail
+
+
+@pytest.mark.parametrize("mode", ["infra", "infra-local"])
+def test_an_infrastructure_error_is_unknown_and_retried(tmp_path: Path, mode: str) -> None:
+    r = run(make_job(tmp_path, {"params": {"mode": mode}})).report
+    assert (r.status, r.execution, r.verification) == (Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN)
+    assert InfrastructureError.__name__ == "InfrastructureError"
+
+
+def test_a_timeout_is_a_subject_failure_that_says_the_thread_may_run_on(tmp_path: Path) -> None:
+    out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 1.5}},
+                                      {"params": {"mode": "seen"}}, timeout_s=1))
+    r = out.report
+    assert elapsed < 1.4
+    assert (r.execution, r.verification, r.score) == (Execution.SUBJECT_FAILED, Verification.VALID, 1.0)
+    assert "timeout after 1s" in r.detail and "still be running" in r.detail
+
+
+@pytest.mark.parametrize("target, words", [
+    ("toybench_missing:subject", "import error: toybench_missing: ModuleNotFoundError"),
+    ("toybench_broken:subject", "import error: toybench_broken: RuntimeError: this benchmark module is broken"),
+    ("toybench:absent", "import error: toybench has no callable 'absent'"),
+])
+def test_an_import_error_is_a_deterministic_environment_failure(tmp_path: Path, target: str, words: str) -> None:
+    r = run(make_job(tmp_path, {"callable": target})).report
+    assert (r.status, r.execution, r.verification) == (Status.INFRA_FAILED, Execution.NOT_STARTED, Verification.NOT_RUN)
+    assert r.environment_failure.startswith(words)
+
+
+def test_a_verifier_import_error_keeps_the_subject_from_running(tmp_path: Path) -> None:
+    job = make_job(tmp_path, {"params": {"mode": "output"}}, {"callable": "toybench:nope"})
+    out = run(job)
+    assert out.report.execution == Execution.NOT_STARTED and "nope" in out.report.environment_failure
+    assert out.files == ()
+
+
+@pytest.mark.parametrize("mode, verification, score", [
+    ("number", Verification.VALID, 0.5),
+    ("int", Verification.VALID, 1.0),
+    ("text", Verification.INVALID, None),
+    ("nan", Verification.INVALID, None),
+    ("bool", Verification.INVALID, None),
+    ("dict-nan", Verification.INVALID, None),
+    ("none", Verification.INVALID, None),
+    ("raise", Verification.INVALID, None),
+])
+def test_verifier_results(tmp_path: Path, mode: str, verification: Verification, score: float | None) -> None:
+    r = run(make_job(tmp_path, verifier={"params": {"mode": mode}})).report
+    assert (r.verification, r.score) == (verification, score)
+
+
+def test_a_verifier_infrastructure_error_is_invalid(tmp_path: Path) -> None:
+    r = run(make_job(tmp_path, verifier={"params": {"mode": "infra"}})).report
+    assert r.verification == Verification.INVALID and "verifier infrastructure failure" in r.detail
+
+
+def test_a_verifier_timeout_is_invalid(tmp_path: Path) -> None:
+    r = run(make_job(tmp_path, verifier={"params": {"mode": "sleep", "seconds": 1.5}, "timeoutSeconds": 1})).report
+    assert r.verification == Verification.INVALID and "verifier timeout after 1s" in r.detail
+
+
+def test_the_context_carries_the_cell(tmp_path: Path) -> None:
+    job = make_job(tmp_path, {"params": {"mode": "ctx", "k": 1}}, {"params": {"mode": "number"}},
+                   declared=("FIXTURE_SECRET",), credentials={"FIXTURE_SECRET": SECRET, "UNDECLARED": "x"})
+    out = run(job)
+    assert [f.name for f in out.files] == ["output/ctx.json"]
+    ctx = json.loads(out.files[0].path.read_text())
+    dirs = AttemptDirs.of(job.work_root, job.attempt_id)
+    assert ctx == {
+        "task": {"id": "add", "input": "sum", "dir": "tasks/add"}, "params": {"mode": "ctx", "k": 1},
+        "repetition": 2, "work_dir": str(dirs.work), "output_dir": str(dirs.output),
+        "credentials": ["FIXTURE_SECRET"], "attempt_id": job.attempt_id,
+        "work_files": ["expected.txt", "prompt.txt"],
+    }
+
+
+def test_output_files_become_artifacts_outside_the_work_dir(tmp_path: Path) -> None:
+    out = run(make_job(tmp_path, {"params": {"mode": "output"}}, {"params": {"mode": "number"}}))
+    (f,) = out.files
+    assert f.name == "output/notes.txt" and f.path.read_text() == "written by the subject"
+
+
+def test_a_credential_never_reaches_an_artifact_or_the_report(tmp_path: Path) -> None:
+    out = run(make_job(tmp_path, {"params": {"mode": "leak"}}, {"params": {"mode": "number"}},
+                       declared=("FIXTURE_SECRET",), credentials={"FIXTURE_SECRET": SECRET}))
+    assert out.report.execution == Execution.SUBJECT_FAILED
+    assert SECRET not in repr(out.report) and "[redacted]" in out.report.detail
+    assert [f.path.read_text() for f in out.files] == ["key=[redacted]"]
+
+
+def test_cancel_returns_promptly(tmp_path: Path) -> None:
+    out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 1.5}}), cancel_after_s=0.2)
+    r = out.report
+    assert elapsed < 1.0
+    assert (r.status, r.execution, r.verification) == (Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN)
+
+
+def test_a_noop_cell_is_cheap(tmp_path: Path) -> None:
+    """Fleet's own overhead: the mean cost of a no-op cell (two thread hops included)."""
+    cells = 300
+    jobs = [make_job(tmp_path, {"callable": "toybench:noop", "params": {}},
+                     {"callable": "toybench:accept", "params": {}}, task={"id": "t"},
+                     attempt=f"run-1:t/r1/s1:a{i}") for i in range(cells)]
+
+    async def go() -> float:
+        ex = PythonExecutor()
+        cancel = asyncio.Event()
+        await ex.run(jobs[0], cancel)  # imports and caches the callables
+        t0 = time.perf_counter()
+        for job in jobs[1:]:
+            out = await ex.run(job, cancel)
+            assert out.report.status == Status.COMPLETED
+        return (time.perf_counter() - t0) / (cells - 1)
+
+    mean_s = asyncio.run(go())
+    print(f"no-op python cell: {mean_s * 1e6:.0f} µs mean")
+    # Well under a millisecond on an idle machine; the bound leaves room for a busy CI host.
+    assert mean_s < 0.003
+    scratch = tmp_path / "scratch"
+    assert not scratch.exists() or list(scratch.iterdir()) == []  # a no-op cell leaves no dir

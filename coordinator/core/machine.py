@@ -547,8 +547,12 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
 
 # --- shared mechanics -------------------------------------------------------------------------
 
-def _timing(state: State) -> Policy:
+def liveness_policy(state: State) -> Policy:
     """Liveness thresholds come from the oldest run that still has work."""
+    return _timing(state)
+
+
+def _timing(state: State) -> Policy:
     for run in state.runs.values():
         if not run.settled:
             return run.policy

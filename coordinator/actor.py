@@ -1,0 +1,283 @@
+"""The actor: one thread owns the core state and the write-ahead store.
+
+Order, fixed, for every batch of requests taken from the queue:
+  1. decode: callers hand in requests that build their command from `now_ms` (the actor's
+     clock, so that time in the log never goes backwards);
+  2. step: each command goes through the pure core, in queue order;
+  3. commit: the durable commands of the whole batch are appended in ONE LMDB transaction
+     (group commit);
+  4. send: only then are outcomes and effects handed to the event loop for delivery.
+Nothing leaves the process before the commit it depends on. A storage error is fail-stop:
+the process exits with a clear line and recovers from disk on restart. An assertion failure
+(an invariant of ours broken) ends the process the same way; it is never caught and
+carried on from.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from common.limits import ACTOR_QUEUE_COMMANDS_MAX, COMMIT_BATCH_COMMANDS_MAX
+from coordinator import codec
+from coordinator.core import commands as c
+from coordinator.core import new_state, step
+from coordinator.core.effects import Emit, NotifyRunState, PushAssignment, RevokeAssignment, Transition
+from coordinator.core.state import State
+from coordinator.errors import StorageError, StoreCorrupt, fail_stop
+from coordinator.logcodec import LogCodecError, decode_record, encode_record
+from coordinator.snapshot import SnapshotFormatError, decode_state, encode_state
+from coordinator.store import Store
+
+log = structlog.get_logger("fleet.actor")
+TICK_MS_DEFAULT = 200
+
+
+class Overloaded(Exception):
+    """The actor's queue is full: the caller should answer RESOURCE_EXHAUSTED or retry."""
+
+
+@dataclass(slots=True)
+class Request:
+    """A command to apply (`make(now_ms)`) or a read-only `query(state)`; `done` receives the
+    Transition or the query's value on the event loop after the commit."""
+
+    make: Callable[[int], object] | None = None
+    query: Callable[[State], Any] | None = None
+    done: Callable[[Any], None] | None = None
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A frame for one worker, or an event for watchers (worker_id empty)."""
+
+    worker_id: str
+    frame: Any = None
+    event: Emit | None = None
+    at_ms: int = 0
+
+
+@dataclass(slots=True)
+class Batch:
+    completions: list[tuple[Callable[[Any], None], Any]] = field(default_factory=list)
+    outgoing: list[Outgoing] = field(default_factory=list)
+    broadcast: list[Any] = field(default_factory=list)  # frames for every connected worker
+
+
+def recover(store: Store) -> tuple[State, int]:
+    """Fold the newest valid snapshot and every record after it; refuse what cannot be verified."""
+    rec = store.load()
+    for warning in rec.warnings:
+        log.warning("store_warning", detail=warning)
+    if rec.snapshot is not None:
+        index, data = rec.snapshot
+        try:
+            state = decode_state(data)
+        except SnapshotFormatError as e:
+            raise StoreCorrupt(f"snapshot at index {index} is unreadable: {e}", store_path(store), index=index) from e
+    else:
+        index, state = 0, new_state()
+    replayed = 0
+    for position, data in rec.records:
+        try:
+            record_index, cmd = decode_record(data)
+        except LogCodecError as e:
+            raise StoreCorrupt(f"log record {position} does not decode: {e}", store_path(store), index=position) from e
+        if record_index != position or position != index + 1:
+            raise StoreCorrupt(f"log record at position {position} says index {record_index} after {index}",
+                               store_path(store), index=position)
+        state, t = step(state, cmd)
+        if not t.outcome.ok or t.durable != (cmd,):
+            raise StoreCorrupt(f"log record {position} ({type(cmd).__name__}) does not replay: {t.outcome.detail}",
+                               store_path(store), index=position)
+        index = position
+        replayed += 1
+    log.info("recovered", snapshot_index=rec.snapshot[0] if rec.snapshot else 0, replayed=replayed,
+             last_index=index, runs=len(state.runs), workers=len(state.workers))
+    return state, index
+
+
+def store_path(store: Store) -> str:
+    return str(getattr(store, "_data_dir", "data dir"))
+
+
+class Actor:
+    def __init__(self, store: Store, state: State, index: int, *,
+                 deliver: Callable[[Batch], None],
+                 clock_ms: Callable[[], int] | None = None,
+                 tick_ms: int = TICK_MS_DEFAULT,
+                 batch_max: int = COMMIT_BATCH_COMMANDS_MAX) -> None:
+        self._store = store
+        self._state = state
+        self._index = index
+        self._deliver = deliver
+        self._clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._last_now = 0
+        self._queue: queue.Queue[Request | None] = queue.Queue(maxsize=ACTOR_QUEUE_COMMANDS_MAX)
+        self._tick_ms = tick_ms
+        self._tick_pending = threading.Event()
+        self._stopping = threading.Event()
+        self._batch_max = batch_max
+        self._parts: dict[str, codec.RunParts] = {}
+        self._thread = threading.Thread(target=self._main, name="fleet-actor", daemon=True)
+        self._ticker = threading.Thread(target=self._tick_loop, name="fleet-ticker", daemon=True)
+        self.commits = 0  # batches committed (for benchmarks and metrics)
+        self.records = 0
+        self.last_now_ms = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+        if self._tick_ms > 0:
+            self._ticker.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Apply what is queued, write a snapshot, stop the thread."""
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        if self._ticker.is_alive():
+            self._ticker.join(timeout_s)
+
+    # -- entry points (any thread) ---------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        if self._stopping.is_set():
+            raise Overloaded("the coordinator is shutting down")
+        try:
+            self._queue.put_nowait(request)
+        except queue.Full:
+            raise Overloaded(f"actor queue holds {ACTOR_QUEUE_COMMANDS_MAX} requests") from None
+
+    # -- the thread ----------------------------------------------------------------------------
+    def _now(self) -> int:
+        now = self._clock()
+        if now < self._last_now:
+            now = self._last_now  # a wall clock stepped back: time in the log never does
+        self._last_now = now
+        self.last_now_ms = now
+        return now
+
+    def _tick_loop(self) -> None:
+        while not self._stopping.wait(self._tick_ms / 1000):
+            if self._tick_pending.is_set():
+                continue  # coalesce: one tick in the queue is enough
+            self._tick_pending.set()
+            try:
+                self._queue.put_nowait(Request(make=self._tick))
+            except queue.Full:
+                self._tick_pending.clear()
+
+    def _tick(self, now: int) -> object:
+        self._tick_pending.clear()
+        return c.ClockTicked(now)
+
+    def _main(self) -> None:
+        try:
+            self._serve()
+        except StorageError as e:
+            fail_stop(e)
+        except BaseException as e:  # an invariant of ours broke: crash, recover from disk
+            log.critical("actor_crashed", error=repr(e))
+            print(f"fleet-coordinator: internal error in the actor: {e!r}; restart recovers from disk",
+                  file=sys.stderr, flush=True)
+            os._exit(70)
+
+    def _serve(self) -> None:
+        if self._last_now == 0 and self._state.runs:
+            pass
+        while True:
+            first = self._queue.get()
+            if first is None:
+                self._drain_and_close()
+                return
+            batch = [first]
+            while len(batch) < self._batch_max:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)  # handle the stop after this batch
+                    break
+                batch.append(nxt)
+            self._apply(batch)
+
+    def _drain_and_close(self) -> None:
+        rest: list[Request] = []
+        while True:
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is not None:
+                rest.append(nxt)
+        if rest:
+            self._apply(rest)
+        if self._index:
+            self._store.write_snapshot(self._index, encode_state(self._state)) if (
+                not self._store.snapshot_indexes or self._store.snapshot_indexes[-1] < self._index) else None
+        log.info("actor_stopped", last_index=self._index)
+
+    def _apply(self, requests: list[Request]) -> None:
+        out = Batch()
+        records: list[bytes] = []
+        effects: list[tuple[int, object]] = []
+        state = self._state
+        for req in requests:
+            if req.query is not None:
+                value = req.query(state)
+                if req.done is not None:
+                    out.completions.append((req.done, value))
+                continue
+            assert req.make is not None
+            now = self._now()
+            cmd = req.make(now)
+            state, t = step(state, cmd)
+            for durable in t.durable:
+                self._index += 1
+                records.append(encode_record(self._index, durable))
+            for e in t.effects:
+                effects.append((now, e))
+            if req.done is not None:
+                out.completions.append((req.done, t))
+        self._state = state
+        if records:
+            self._store.append(records)  # durable from here on; StorageError is fail-stop
+            self.commits += 1
+            self.records += len(records)
+        for now, e in effects:
+            self._route(now, e, out)
+        if out.completions or out.outgoing or out.broadcast:
+            self._deliver(out)
+        if records and self._store.snapshot_due:
+            self._store.write_snapshot(self._index, encode_state(self._state))
+
+    def _route(self, now: int, e: object, out: Batch) -> None:
+        if isinstance(e, PushAssignment):
+            parts = self._parts.get(e.run_id)
+            if parts is None:
+                parts = self._parts[e.run_id] = codec.RunParts.of(self._state.runs[e.run_id].spec)
+            out.outgoing.append(Outgoing(e.worker_id, codec.push_frame(e, parts, now)))
+        elif isinstance(e, RevokeAssignment):
+            out.outgoing.append(Outgoing(e.worker_id, codec.revoke_frame(e)))
+        elif isinstance(e, NotifyRunState):
+            out.broadcast.append(codec.run_state_frame(e))
+            out.outgoing.append(Outgoing("", event=Emit("run_state", e.run_id, e.run_id,
+                                                        e.blocked_reason or ("paused" if e.paused else "resumed")),
+                                         at_ms=now))
+        elif isinstance(e, Emit):
+            out.outgoing.append(Outgoing("", event=e, at_ms=now))
+        else:
+            raise AssertionError(f"unrouted effect {e!r}")
+
+
+def transition_of(value: Any) -> Transition:
+    assert isinstance(value, Transition)
+    return value

@@ -1,0 +1,106 @@
+"""The coordinator's edge codec: wire frames to core commands and core effects to frames.
+
+Only this module, the servicer and the log codec touch generated protobuf types. Decoding is
+strict: a frame that misses a required field or carries an out-of-range value becomes a
+`FrameError` with a Rejection, never an exception that reaches the core.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.evidence import Report
+from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
+from common.ids import is_digest
+from common.limits import ID_CHARS_MAX
+from common.rejections import Rejection
+from common.spec import ExperimentSpec, canonical_json
+from coordinator.core.effects import NotifyRunState, Outcome, OutcomeKind, PushAssignment, RevokeAssignment
+from coordinator.logcodec import LogCodecError, report_from_proto
+
+PROTOCOL_VERSION = 1
+
+
+class FrameError(ValueError):
+    def __init__(self, rejection: Rejection, detail: str) -> None:
+        super().__init__(f"{rejection.name}: {detail}")
+        self.rejection = rejection
+        self.detail = detail
+
+
+def require_id(value: str, what: str) -> str:
+    if not value or len(value) > ID_CHARS_MAX:
+        raise FrameError(Rejection.MALFORMED_FRAME, f"{what} is empty or longer than {ID_CHARS_MAX} characters")
+    return value
+
+
+def decode_report(msg: common_pb2.Report) -> Report:
+    try:
+        return report_from_proto(msg)
+    except LogCodecError as e:
+        raise FrameError(Rejection.MALFORMED_FRAME, f"report does not decode: {e}") from None
+
+
+def require_digest(value: str) -> str:
+    if not is_digest(value):
+        raise FrameError(Rejection.MALFORMED_FRAME, f"{value!r} is not a sha256:<64 hex> digest")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """The frozen spec cut into the JSON pieces an assignment push carries."""
+
+    benchmark_json: str
+    executor_json: str
+    verifier_json: str
+    budget_json: str
+    tasks: dict[str, str]
+    subjects: dict[str, str]
+
+    @staticmethod
+    def of(spec: ExperimentSpec) -> RunParts:
+        doc = spec.document()
+        return RunParts(
+            benchmark_json=canonical_json(doc["benchmark"]),
+            executor_json=canonical_json(doc["executor"]),
+            verifier_json=canonical_json(doc["verifier"]),
+            budget_json=canonical_json(doc["budget"]),
+            tasks={t["id"]: canonical_json(t) for t in doc["tasks"]},
+            subjects={s["id"]: canonical_json(s) for s in doc["subjects"]},
+        )
+
+
+def push_frame(push: PushAssignment, parts: RunParts, now_ms: int) -> coordinator_pb2.CoordinatorFrame:
+    cells = [coordinator_pb2.CellAssignment(cell_id=c.cell_id, attempt_id=c.attempt_id, subject_id=c.subject_id,
+                                            dispatch_order=c.dispatch_order) for c in push.cells]
+    task_id = push.cells[0].task_id if push.cells else ""
+    repetition = push.cells[0].repetition if push.cells else 0
+    return coordinator_pb2.CoordinatorFrame(assignment=coordinator_pb2.AssignmentPush(
+        run_id=push.run_id, assignment_id=push.assignment_id, generation=push.generation, group_id=push.group_id,
+        task_id=task_id, repetition=repetition, deadline_ms=max(0, push.deadline_ms - now_ms), cells=cells,
+        benchmark_json=parts.benchmark_json, executor_json=parts.executor_json, task_json=parts.tasks[task_id],
+        verifier_json=parts.verifier_json, budget_json=parts.budget_json,
+        subject_json=[parts.subjects[c.subject_id] for c in push.cells]))
+
+
+def revoke_frame(revoke: RevokeAssignment) -> coordinator_pb2.CoordinatorFrame:
+    return coordinator_pb2.CoordinatorFrame(revoke=coordinator_pb2.Revoke(
+        assignment_id=revoke.assignment_id, reason=revoke.reason))
+
+
+def run_state_frame(notice: NotifyRunState) -> coordinator_pb2.CoordinatorFrame:
+    return coordinator_pb2.CoordinatorFrame(run_state=coordinator_pb2.RunStateNotice(
+        run_id=notice.run_id, paused=notice.paused, blocked_reason=notice.blocked_reason))
+
+
+def ack_frame(seq: int, outcome: Outcome, *, committed_offset: int = 0, digest: str = "") -> coordinator_pb2.CoordinatorFrame:
+    return coordinator_pb2.CoordinatorFrame(ack=coordinator_pb2.Ack(
+        seq=seq, outcome=int(outcome.kind), rejection=int(outcome.rejection), detail=outcome.detail,
+        committed_offset=committed_offset, digest=digest))
+
+
+def action_response(outcome: Outcome) -> admin_pb2.ActionResponse:
+    return admin_pb2.ActionResponse(outcome=int(outcome.kind), rejection=int(outcome.rejection), detail=outcome.detail)
+
+
+REJECTED_KIND = OutcomeKind.REJECTED

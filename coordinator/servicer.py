@@ -1,0 +1,476 @@
+"""The gRPC edge: worker sessions and the admin API (grpc.aio, one event loop).
+
+Servicers never touch the core state. They authenticate, decode a frame into a request for
+the actor, and deliver what the actor hands back after its commit: acknowledgements,
+pushes, revokes, notices. Every session has a bounded send queue; a session that cannot keep
+up is cut (the worker reconnects and reconciles) rather than buffered without bound.
+Expected errors of a peer become a typed acknowledgement or a gRPC status with the
+Rejection's name in its details; the coordinator keeps serving.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import structlog
+
+from common import limits
+from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from common.ids import AssignmentId, AttemptId, CellId, Digest, RunId, WorkerId, run_id_for
+from common.policy import parse_policy_text
+from common.rejections import Rejection
+from common.spec import SpecError, parse_spec_text
+from coordinator import codec, views
+from coordinator.actor import Actor, Batch, Overloaded, Request
+from coordinator.artifacts import ArtifactStore, UploadRejected
+from coordinator.auth import AuthError, TokenBook, bearer
+from coordinator.codec import FrameError
+from coordinator.core import commands as c
+from coordinator.core.effects import Emit, Outcome, OutcomeKind, Transition, rejected
+from coordinator.errors import ArtifactCorrupt, StorageError, fail_stop
+
+log = structlog.get_logger("fleet.servicer")
+HELLO_TIMEOUT_S = 30
+WATCH_QUEUE_EVENTS_MAX = 1_000
+DEAD_LETTERS_KEPT_MAX = 10_000
+SUBMIT_RETRY_S = 0.002
+
+
+@dataclass(eq=False)
+class Session:
+    worker_id: str
+    context: Any
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(limits.SESSION_SEND_QUEUE_FRAMES_MAX))
+    welcomed: bool = False
+    early: list = field(default_factory=list)  # frames routed before the Welcome went out
+    expected_seq: int = 2  # the hello was 1
+    attempts_owned: dict = field(default_factory=dict)  # attempt id -> None, checked for uploads
+    cut_reason: str = ""
+
+    def send(self, frame: Any) -> bool:
+        if self.cut_reason:
+            return False
+        if not self.welcomed:
+            self.early.append(frame)
+            return True
+        try:
+            self.queue.put_nowait(frame)
+            return True
+        except asyncio.QueueFull:
+            self.cut(f"send queue full ({limits.SESSION_SEND_QUEUE_FRAMES_MAX} frames): worker too slow")
+            return False
+
+    def welcome(self, frame: Any) -> None:
+        self.welcomed = True
+        self.send(frame)
+        early, self.early = self.early, []
+        for f in early:
+            self.send(f)
+
+    def cut(self, reason: str) -> None:
+        if not self.cut_reason:
+            self.cut_reason = reason
+            log.warning("session_cut", worker_id=self.worker_id, reason=reason)
+            try:
+                self.queue.put_nowait(None)
+            except asyncio.QueueFull:
+                pass
+
+
+class Hub:
+    """Sessions by worker id, watchers, dead letters: state of the edge, owned by the loop."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, Session] = {}
+        self.watchers: list[tuple[str | None, asyncio.Queue]] = []
+        self.dead_letters: list[tuple[str, str, str]] = []
+        self.on_event: list[Callable[[Emit, int], None]] = []
+
+    def attach(self, session: Session) -> None:
+        old = self.sessions.get(session.worker_id)
+        if old is not None:
+            old.cut("replaced by a newer session of the same worker")
+        self.sessions[session.worker_id] = session
+
+    def detach(self, session: Session) -> bool:
+        if self.sessions.get(session.worker_id) is session:
+            del self.sessions[session.worker_id]
+            return True
+        return False
+
+    def on_batch(self, batch: Batch) -> None:
+        for done, value in batch.completions:
+            done(value)
+        for o in batch.outgoing:
+            if o.worker_id:
+                s = self.sessions.get(o.worker_id)
+                if s is not None:
+                    s.send(o.frame)  # absent: the worker is away; heartbeats re-push, hello reconciles
+            elif o.event is not None:
+                self.publish(o.event, o.at_ms)
+        for frame in batch.broadcast:
+            for s in list(self.sessions.values()):
+                s.send(frame)
+
+    def publish(self, e: Emit, at_ms: int) -> None:
+        log.info(e.event, run_id=e.run_id, subject=e.subject, detail=e.detail)
+        for hook in self.on_event:
+            hook(e, at_ms)
+        if not self.watchers:
+            return
+        msg = admin_pb2.Event(at_ms=at_ms, event=e.event, run_id=e.run_id or "", subject=e.subject, detail=e.detail)
+        for run_filter, q in self.watchers:
+            if run_filter and e.run_id and e.run_id != run_filter:
+                continue
+            try:
+                q.put_nowait(msg)
+            except asyncio.QueueFull:
+                pass  # a watcher that does not read loses events, never the coordinator's time
+
+
+async def submit(actor: Actor, make: Callable[[int], object] | None = None,
+                 query: Callable | None = None) -> Any:
+    """Hand a request to the actor and wait for its result (after the commit)."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def done(value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value)
+
+    await _put(actor, Request(make=make, query=query, done=done))
+    return await fut
+
+
+async def _put(actor: Actor, request: Request) -> None:
+    for _ in range(int(5 / SUBMIT_RETRY_S)):
+        try:
+            actor.submit(request)
+            return
+        except Overloaded:
+            await asyncio.sleep(SUBMIT_RETRY_S)  # bounded backpressure: the actor drains fast
+    raise Overloaded("the actor queue stayed full for 5 s")
+
+
+def _status_for_auth(e: AuthError) -> grpc.StatusCode:
+    return grpc.StatusCode.PERMISSION_DENIED if e.code == "permission_denied" else grpc.StatusCode.UNAUTHENTICATED
+
+
+def upload_key(worker_id: str, digest: str) -> str:
+    return "u" + hashlib.sha256(f"{worker_id}\0{digest}".encode()).hexdigest()[:40]
+
+
+class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
+    def __init__(self, actor: Actor, hub: Hub, tokens: TokenBook, artifacts: ArtifactStore,
+                 coordinator_incarnation: int) -> None:
+        self.actor, self.hub, self.tokens, self.artifacts = actor, hub, tokens, artifacts
+        self.incarnation = coordinator_incarnation
+
+    async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        token, claimed = bearer(context.invocation_metadata())
+        try:
+            grant = self.tokens.open_session(token, claimed)
+        except AuthError as e:
+            log.warning("session_refused", worker_id=claimed, reason=str(e))
+            await context.abort(_status_for_auth(e), f"{Rejection.UNAUTHENTICATED.name if e.code == 'unauthenticated' else Rejection.PERMISSION_DENIED.name}: {e}")
+            return
+        try:
+            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "MALFORMED_FRAME: no hello within 30 s")
+            return
+        if first is grpc.aio.EOF:
+            return
+        if first.WhichOneof("body") != "hello" or first.seq != 1:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "MALFORMED_FRAME: the first frame of a session must be hello with seq 1")
+            return
+        hello = first.hello
+        if hello.worker_id != grant.worker_id:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"IDENTITY_MISMATCH: authenticated as {grant.worker_id}, hello says {hello.worker_id!r}")
+            return
+        wid = WorkerId(grant.worker_id)
+        session = Session(wid, context)
+        self.hub.attach(session)
+        try:
+            await self._register(session, grant.new_credential, hello, context)
+            if session.cut_reason:
+                return
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._writer(session, context))
+                tg.create_task(self._reader(session, context))
+        finally:
+            if self.hub.detach(session):
+                try:
+                    self.actor.submit(Request(make=lambda now: c.WorkerDisconnected(now, wid)))
+                except Overloaded:
+                    pass  # expiry will notice the silence anyway
+            log.info("session_closed", worker_id=wid, reason=session.cut_reason or "stream ended")
+
+    async def _register(self, session: Session, credential: str, hello: Any, context: Any) -> None:
+        wid = session.worker_id
+        cmd_owned = tuple(AssignmentId(a) for a in hello.owned_assignment_ids)
+        cmd_buffered = tuple(AttemptId(a) for a in hello.buffered_attempt_ids)
+        t: Transition = await submit(self.actor, make=lambda now: c.WorkerRegistered(
+            now, wid, hello.incarnation, hello.slots, hello.environment_id, hello.cpu_millis, hello.memory_mb,
+            owned=cmd_owned, buffered=cmd_buffered))
+        if not t.outcome.ok:
+            self.hub.detach(session)
+            session.cut(f"registration refused: {t.outcome.rejection.name}")
+            log.warning("worker_refused", worker_id=wid, rejection=t.outcome.rejection.name, detail=t.outcome.detail)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{t.outcome.rejection.name}: {t.outcome.detail}")
+            return
+        if credential:
+            self.tokens.commit_enrollment(wid, credential)
+        interval, suspect, expire = await submit(self.actor, query=views.timing)
+        offsets = []
+        for pending in hello.pending_uploads:
+            committed = await asyncio.to_thread(self._committed_offset, wid, pending.digest)
+            offsets.append(coordinator_pb2.UploadStatus(digest=pending.digest, committed_offset=committed,
+                                                        complete=committed == pending.total_length))
+        session.welcome(coordinator_pb2.CoordinatorFrame(welcome=coordinator_pb2.Welcome(
+            coordinator_incarnation=self.incarnation, heartbeat_interval_ms=interval, suspect_after_ms=suspect,
+            expire_after_ms=expire, worker_credential=credential, upload_offsets=offsets)))
+        log.info("session_open", worker_id=wid, incarnation=hello.incarnation, slots=hello.slots,
+                 environment_id=hello.environment_id, owned=len(cmd_owned), buffered=len(cmd_buffered),
+                 enrolled=bool(credential))
+
+    def _committed_offset(self, worker_id: str, digest: str) -> int:
+        if self.artifacts.has(digest):
+            return self.artifacts.size(digest)
+        part = self.artifacts.root / "tmp" / f"{upload_key(worker_id, digest)}.part"
+        return part.stat().st_size if part.exists() else 0
+
+    async def _writer(self, session: Session, context: Any) -> None:
+        while True:
+            frame = await session.queue.get()
+            if frame is None:
+                raise asyncio.CancelledError  # cut: end the whole session
+            await context.write(frame)
+
+    async def _reader(self, session: Session, context: Any) -> None:
+        try:
+            while not session.cut_reason:
+                frame = await context.read()
+                if frame is grpc.aio.EOF:
+                    break
+                if frame.seq != session.expected_seq:
+                    session.send(codec.ack_frame(frame.seq, rejected(
+                        Rejection.OUT_OF_ORDER, f"seq {frame.seq} is not the expected {session.expected_seq}")))
+                    continue
+                session.expected_seq += 1
+                try:
+                    await self._handle(session, frame)
+                except FrameError as e:
+                    session.send(codec.ack_frame(frame.seq, rejected(e.rejection, e.detail)))
+        finally:
+            session.cut_reason = session.cut_reason or "stream ended"
+            try:
+                session.queue.put_nowait(None)
+            except asyncio.QueueFull:
+                pass
+
+    async def _handle(self, session: Session, frame: Any) -> None:
+        kind = frame.WhichOneof("body")
+        wid = WorkerId(session.worker_id)
+        seq = frame.seq
+        if kind == "heartbeat":
+            owned = tuple(AssignmentId(a) for a in frame.heartbeat.owned_assignment_ids)
+
+            def on_heartbeat(t: Transition) -> None:
+                if t.outcome.rejection == Rejection.WORKER_NOT_ACTIVE:
+                    session.cut(f"{t.outcome.detail}")
+
+            await _put(self.actor, Request(make=lambda now: c.HeartbeatReceived(now, wid, owned), done=on_heartbeat))
+        elif kind == "cell_report":
+            r = frame.cell_report
+            report = codec.decode_report(r.report)
+            attempt_id = AttemptId(codec.require_id(r.attempt_id, "attempt_id"))
+            assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
+            generation = r.generation
+            self._ack_after(session, seq, lambda now: c.CellReported(now, wid, attempt_id, assignment_id,
+                                                                     generation, report))
+        elif kind == "upload_chunk":
+            await self._upload(session, seq, frame.upload_chunk)
+        elif kind == "group_finished":
+            aid = AssignmentId(codec.require_id(frame.group_finished.assignment_id, "assignment_id"))
+            self._ack_after(session, seq, lambda now: c.GroupFinished(now, wid, aid))
+        elif kind == "drain_notice":
+            self._ack_after(session, seq, lambda now: c.WorkerDrained(now, wid))
+        elif kind == "goodbye":
+            self._ack_after(session, seq, lambda now: c.WorkerGone(now, wid))
+        elif kind == "dead_letter":
+            d = frame.dead_letter
+            self.hub.dead_letters.append((wid, d.attempt_id, d.reason[:500]))
+            del self.hub.dead_letters[:-DEAD_LETTERS_KEPT_MAX]
+            log.warning("dead_letter", worker_id=wid, attempt_id=d.attempt_id, reason=d.reason[:500])
+            session.send(codec.ack_frame(seq, Outcome(OutcomeKind.ACCEPTED)))
+        elif kind == "hello":
+            raise FrameError(Rejection.MALFORMED_FRAME, "hello is sent once, as the first frame of a session")
+        else:
+            raise FrameError(Rejection.MALFORMED_FRAME, f"frame without a known body ({kind})")
+
+    def _ack_after(self, session: Session, seq: int, make: Callable[[int], object], **ack: Any) -> None:
+        def done(t: Transition) -> None:
+            session.send(codec.ack_frame(seq, t.outcome, **ack))
+
+        try:
+            self.actor.submit(Request(make=make, done=done))
+        except Overloaded:
+            session.send(codec.ack_frame(seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend")))
+
+    async def _upload(self, session: Session, seq: int, u: Any) -> None:
+        digest = Digest(codec.require_digest(u.digest))
+        attempt_id = codec.require_id(u.attempt_id, "attempt_id")
+        if u.total_length > limits.ARTIFACT_BYTES_MAX:
+            raise FrameError(Rejection.ARTIFACT_TOO_LARGE,
+                             f"{u.total_length} bytes exceed the limit of {limits.ARTIFACT_BYTES_MAX}")
+        if len(u.data) > limits.CHUNK_BYTES_MAX:
+            raise FrameError(Rejection.MESSAGE_TOO_LARGE, f"chunk of {len(u.data)} bytes exceeds {limits.CHUNK_BYTES_MAX}")
+        if attempt_id not in session.attempts_owned:
+            owner = await submit(self.actor, query=lambda s: views.attempt_owner(s, attempt_id))
+            if owner is None:
+                raise FrameError(Rejection.UNKNOWN_ATTEMPT, f"attempt {attempt_id} was never dispatched")
+            if owner != session.worker_id:
+                raise FrameError(Rejection.NOT_OWNER, f"attempt {attempt_id} belongs to worker {owner}")
+            session.attempts_owned[attempt_id] = None
+        key = upload_key(session.worker_id, digest)
+        total = u.total_length
+        try:
+            if await asyncio.to_thread(self.artifacts.has, digest):
+                size = await asyncio.to_thread(self.artifacts.size, digest)
+                self._stored(session, seq, digest, size, duplicate=True)
+                return
+            committed = await asyncio.to_thread(self.artifacts.begin, key, digest, total)
+            if u.data:
+                committed = await asyncio.to_thread(self.artifacts.write, key, u.offset, bytes(u.data))
+            elif u.offset != committed and not u.last:
+                pass  # a probe: answer with the committed offset
+            if u.last:
+                stored, size = await asyncio.to_thread(self.artifacts.finish, key)
+                self._stored(session, seq, stored, size, duplicate=False)
+                return
+        except UploadRejected as e:
+            committed = await asyncio.to_thread(self._committed_offset, session.worker_id, digest)
+            session.send(codec.ack_frame(seq, rejected(e.reason, e.detail), committed_offset=committed, digest=digest))
+            return
+        except StorageError as e:
+            fail_stop(e)
+        session.send(codec.ack_frame(seq, Outcome(OutcomeKind.ACCEPTED), committed_offset=committed, digest=digest))
+
+    def _stored(self, session: Session, seq: int, digest: Digest, size: int, *, duplicate: bool) -> None:
+        """The bytes are durable; only now may the core learn of the digest."""
+        def done(t: Transition) -> None:
+            outcome = t.outcome if not duplicate or t.outcome.kind != OutcomeKind.ACCEPTED else Outcome(OutcomeKind.DUPLICATE)
+            session.send(codec.ack_frame(seq, outcome, committed_offset=size, digest=digest))
+
+        try:
+            self.actor.submit(Request(make=lambda now: c.ArtifactStored(now, digest, size), done=done))
+        except Overloaded:
+            session.send(codec.ack_frame(seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"),
+                                         committed_offset=0, digest=digest))
+
+
+class AdminServicer(admin_pb2_grpc.AdminServicer):
+    def __init__(self, actor: Actor, hub: Hub, tokens: TokenBook, artifacts: ArtifactStore) -> None:
+        self.actor, self.hub, self.tokens, self.artifacts = actor, hub, tokens, artifacts
+
+    async def _auth(self, context: Any) -> None:
+        token, _ = bearer(context.invocation_metadata())
+        try:
+            self.tokens.check_admin(token)
+        except AuthError as e:
+            await context.abort(_status_for_auth(e), f"{Rejection.UNAUTHENTICATED.name if e.code == 'unauthenticated' else Rejection.PERMISSION_DENIED.name}: {e}")
+
+    async def SubmitRun(self, request: Any, context: Any) -> Any:
+        await self._auth(context)
+        if len(request.spec_json) > limits.SPEC_BYTES_MAX:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "SPEC_INVALID: spec too large")
+        try:
+            spec = parse_spec_text(request.spec_json)
+            policy = parse_policy_text(request.policy_json or "{}")
+        except SpecError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"SPEC_INVALID: {e}")
+            return None
+        run_id = RunId(request.run_id) if request.HasField("run_id") and request.run_id else run_id_for(
+            spec.canonical, policy.canonical())
+        t: Transition = await submit(self.actor, make=lambda now: c.RunSubmitted(now, run_id, spec, policy))
+        if t.outcome.rejection == Rejection.SPEC_CONFLICT:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"SPEC_CONFLICT: {t.outcome.detail}")
+        if not t.outcome.ok:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{t.outcome.rejection.name}: {t.outcome.detail}")
+        return admin_pb2.SubmitRunResponse(run_id=run_id, created=t.outcome.kind == OutcomeKind.ACCEPTED)
+
+    async def GetStatus(self, request: Any, context: Any) -> Any:
+        await self._auth(context)
+        run_id = request.run_id if request.HasField("run_id") else None
+        actor = self.actor
+        out = await submit(actor, query=lambda s: views.status(s, run_id, actor.last_now_ms))
+        if run_id and not out.runs:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
+        for wid, attempt_id, reason in self.hub.dead_letters:
+            out.dead_letters.append(admin_pb2.DeadLetterStatus(worker_id=wid, attempt_id=attempt_id, reason=reason))
+        return out
+
+    async def GetResults(self, request: Any, context: Any) -> Any:
+        await self._auth(context)
+        run_id = RunId(request.run_id)
+        out = await submit(self.actor, query=lambda s: views.results(s, run_id))
+        if out is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
+        return out
+
+    async def _action(self, context: Any, make: Callable[[int], object]) -> Any:
+        await self._auth(context)
+        t: Transition = await submit(self.actor, make=make)
+        return codec.action_response(t.outcome)
+
+    async def PauseRun(self, request: Any, context: Any) -> Any:
+        return await self._action(context, lambda now: c.RunPaused(now, RunId(request.run_id)))
+
+    async def RecoverRun(self, request: Any, context: Any) -> Any:
+        return await self._action(context, lambda now: c.RunRecovered(now, RunId(request.run_id)))
+
+    async def RepairRun(self, request: Any, context: Any) -> Any:
+        return await self._action(context, lambda now: c.RunRepaired(now, RunId(request.run_id), request.reason))
+
+    async def RetryCell(self, request: Any, context: Any) -> Any:
+        return await self._action(context, lambda now: c.CellRetryGranted(now, RunId(request.run_id),
+                                                                           CellId(request.cell_id)))
+
+    async def DrainWorker(self, request: Any, context: Any) -> Any:
+        return await self._action(context, lambda now: c.WorkerDrained(now, WorkerId(request.worker_id)))
+
+    async def Watch(self, request: Any, context: Any) -> Any:
+        await self._auth(context)
+        q: asyncio.Queue = asyncio.Queue(WATCH_QUEUE_EVENTS_MAX)
+        entry = (request.run_id if request.HasField("run_id") else None, q)
+        self.hub.watchers.append(entry)
+        try:
+            while True:
+                yield await q.get()
+        finally:
+            self.hub.watchers.remove(entry)
+
+    async def GetArtifact(self, request: Any, context: Any) -> Any:
+        await self._auth(context)
+        digest = request.digest
+        if not await asyncio.to_thread(self.artifacts.has, digest):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"ARTIFACT_MISSING: {digest} is not stored")
+        try:
+            chunks = await asyncio.to_thread(lambda: list(self.artifacts.open_verified(digest, limits.CHUNK_BYTES_MAX)))
+        except ArtifactCorrupt as e:
+            await context.abort(grpc.StatusCode.DATA_LOSS, f"DIGEST_MISMATCH: {e}")
+            return
+        total = sum(len(b) for b in chunks)
+        offset = 0
+        for data in chunks:
+            yield admin_pb2.ArtifactChunk(offset=offset, data=data, total_length=total)
+            offset += len(data)
+        if not chunks:
+            yield admin_pb2.ArtifactChunk(offset=0, data=b"", total_length=0)

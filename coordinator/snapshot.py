@@ -1,0 +1,42 @@
+"""Snapshots of the core state: a versioned pickle of the durable part.
+
+The store frames and checksums the bytes; this module only adds a format tag, so that a
+build refuses a snapshot written by an incompatible one with a message instead of folding
+garbage. Liveness (`state.soft`) is left out: after a restart it is rebuilt by recovery.
+Pickle is acceptable here because the bytes never come from a peer: only this process
+writes them, into a directory it holds a kernel lock on.
+"""
+from __future__ import annotations
+
+import pickle
+
+from coordinator.core.state import Soft, State
+
+FORMAT_TAG = b"fleet-snapshot-v1\n"
+
+
+class SnapshotFormatError(ValueError):
+    pass
+
+
+def encode_state(state: State) -> bytes:
+    soft = state.soft
+    state.soft = Soft()
+    try:
+        return FORMAT_TAG + pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        state.soft = soft
+
+
+def decode_state(data: bytes) -> State:
+    if not data.startswith(FORMAT_TAG):
+        head = data[:40].split(b"\n", 1)[0]
+        raise SnapshotFormatError(f"snapshot format {head!r} is not {FORMAT_TAG.strip()!r}: "
+                                  "written by another version of fleet")
+    try:
+        state = pickle.loads(data[len(FORMAT_TAG):])
+    except Exception as e:  # any unpickling failure means the same thing: unreadable
+        raise SnapshotFormatError(f"snapshot does not decode: {e}") from e
+    if not isinstance(state, State):
+        raise SnapshotFormatError(f"snapshot holds a {type(state).__name__}, not a State")
+    return state

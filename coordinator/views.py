@@ -1,0 +1,85 @@
+"""Read-only views of the core state for the admin API, built on the actor thread.
+
+They cost in proportion to the run (a summary walks every cell): fine for an operator's
+`status` or `results`, never called per worker frame.
+"""
+from __future__ import annotations
+
+from common.fleetpb import admin_pb2, common_pb2
+from common.ids import RunId
+from coordinator.core import summarize
+from coordinator.core.machine import liveness_policy
+from coordinator.core.state import State
+from coordinator.logcodec import report_to_proto
+
+RUN_STATES = {"running": admin_pb2.RUN_STATE_RUNNING, "paused": admin_pb2.RUN_STATE_PAUSED,
+              "blocked": admin_pb2.RUN_STATE_BLOCKED, "complete": admin_pb2.RUN_STATE_COMPLETE,
+              "incomplete": admin_pb2.RUN_STATE_INCOMPLETE}
+
+
+def timing(state: State) -> tuple[int, int, int]:
+    p = liveness_policy(state)
+    return p.heartbeat_interval_ms, p.suspect_after_ms, p.expire_after_ms
+
+
+def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatusResponse:
+    out = admin_pb2.GetStatusResponse()
+    for rid, run in state.runs.items():
+        if run_id and rid != run_id:
+            continue
+        s = summarize(state, rid)
+        running = sum(1 for i in s.incomplete if i.reason == "running")
+        out.runs.append(admin_pb2.RunStatus(
+            run_id=rid, state=RUN_STATES[s.state], blocked_reason=s.blocked_reason,
+            group_counts=[admin_pb2.GroupCount(state="waiting", count=s.groups_waiting),
+                          admin_pb2.GroupCount(state="assigned", count=s.groups_assigned),
+                          admin_pb2.GroupCount(state="settled", count=s.groups_settled)],
+            cells_selected=len(s.selected), cells_incomplete=len(s.incomplete) - running, cells_running=running,
+            peak_concurrent_groups=s.peak_concurrent_groups, slots_offered=s.slots_offered,
+            max_concurrent_groups=s.max_concurrent_groups, cells_total=s.cells_total))
+    for wid, w in state.workers.items():
+        last = state.soft.last_heard_ms.get(wid, w.registered_ms)
+        out.workers.append(admin_pb2.WorkerStatus(
+            worker_id=wid, status=w.status.name.lower() + (" draining" if w.draining else ""),
+            incarnation=w.incarnation, slots=w.slots, busy_slots=len(w.assignments),
+            last_heartbeat_age_ms=max(0, now_ms - last), environment_id=w.environment_id))
+    return out
+
+
+def results(state: State, run_id: RunId) -> admin_pb2.GetResultsResponse | None:
+    if run_id not in state.runs:
+        return None
+    s = summarize(state, run_id)
+    out = admin_pb2.GetResultsResponse()
+    for r in s.selected:
+        report = state.attempts[r.attempt_id].report
+        assert report is not None
+        pr = report_to_proto(report)
+        cell = admin_pb2.CellResult(
+            cell_id=r.cell_id, task_id=r.task_id, repetition=r.repetition, subject_id=r.subject_id,
+            state="selected", score=r.score, status=pr.status, attempt_id=r.attempt_id, worker_id=r.worker_id,
+            assignment_id=r.assignment_id, generation=r.generation, dispatch_order=r.dispatch_order,
+            usage=pr.usage, attempts=r.attempts, artifacts=pr.artifacts, unavailable=pr.unavailable)
+        if report.cost_usd is not None:
+            cell.cost_usd = report.cost_usd
+        for name in ("input_tokens", "output_tokens", "cached_tokens"):
+            value = getattr(report, name)
+            if value is not None:
+                setattr(cell, name, value)
+        out.cells.append(cell)
+    for i in s.incomplete:
+        out.cells.append(admin_pb2.CellResult(
+            cell_id=i.cell_id, task_id=i.task_id, repetition=i.repetition, subject_id=i.subject_id,
+            state="incomplete", incomplete_reason=i.reason, attempts=i.attempts,
+            status=common_pb2.STATUS_UNSPECIFIED))
+    out.summary.CopyFrom(admin_pb2.Summary(
+        selected=len(s.selected), incomplete=len(s.incomplete), observed_cost_usd=s.observed_cost_usd,
+        usage_complete=s.usage_complete, state=RUN_STATES[s.state], blocked_reason=s.blocked_reason,
+        peak_concurrent_groups=s.peak_concurrent_groups, slots_offered=s.slots_offered,
+        late_reports=s.late_reports))
+    return out
+
+
+def attempt_owner(state: State, attempt_id: str) -> str | None:
+    attempt = state.attempts.get(attempt_id)
+    return None if attempt is None else attempt.worker_id

@@ -94,6 +94,18 @@ def describe(spec_document: Mapping, bench_root: Path, *, path: str | None = Non
                       indent=2, sort_keys=True)
 
 
+def worker_identity(bench_root: Path, *, path: str | None = None) -> tuple[dict[str, str], str]:
+    """(manifest, environment id) a worker presents in Hello, before it knows any spec: the
+    measurements that do not depend on a spec (interpreter, platform, fleet's version,
+    revision and source, the bench root's revision) and one digest of the whole bench root
+    tree, so any change to the benchmark on this machine changes the id."""
+    manifest = compute_manifest({}, bench_root, path=path)
+    manifest.pop("executor.kind", None)  # spec-dependent; empty without a spec
+    manifest["bench.tree"] = tree_digest(Path(bench_root))
+    manifest = dict(sorted(manifest.items()))
+    return manifest, environment_id(manifest)
+
+
 # ---- measurements -------------------------------------------------------------------------
 
 

@@ -1,0 +1,139 @@
+"""`fleet-worker`: the worker process, and `fleet-worker identity`.
+
+Exit codes: 0 after a drain (SIGTERM or SIGINT: stop taking work, let running groups settle,
+flush the outbox, say Goodbye); 2 when the operator must act (a bad flag, a state directory
+in use or bound to another worker id, the coordinator refusing this worker for good:
+bad token, environment mismatch, stale incarnation); 1 on a storage failure or a bug
+(fail-stop: the outbox on disk is what survives); 128+N after a second signal N.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import structlog
+
+from worker.config import ConfigError, WorkerConfig, parse_config
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_OPERATOR = 2
+
+log = structlog.get_logger("worker.main")
+
+
+def _say(message: str) -> None:
+    print(f"fleet-worker: {message}", file=sys.stderr, flush=True)
+
+
+def identity_main(argv: Sequence[str]) -> int:
+    import argparse
+
+    from worker.identity import worker_identity
+
+    p = argparse.ArgumentParser(prog="fleet-worker identity",
+                                description="print this machine's environment manifest and id as JSON")
+    p.add_argument("--bench-root", required=True)
+    p.add_argument("--command-path", metavar="PATH", help="PATH for subjects' commands")
+    args = p.parse_args(list(argv))
+    if not os.path.isdir(args.bench_root):
+        _say(f"--bench-root {args.bench_root} is not a directory")
+        return EXIT_OPERATOR
+    manifest, env_id = worker_identity(os.path.abspath(args.bench_root), path=args.command_path)
+    print(json.dumps({"environmentId": env_id, "manifest": manifest}, indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> int:
+    """Open the state directory, measure the environment, and run the session to its end;
+    returns the process exit code. Reusable from tests and `fleetctl local` (with
+    `install_signals=False` when not on the main thread)."""
+    from worker.identity import worker_identity
+    from worker.outbox import OutboxStorageError, StateError, WorkerState
+    from worker.session import Ended, Refused, WorkerSession
+
+    try:
+        state = await asyncio.to_thread(WorkerState.open, config.state_dir, worker_id=config.worker_id)
+    except StateError as e:
+        log.error("cannot open the state directory", problem=str(e))
+        return EXIT_FAILURE if isinstance(e, OutboxStorageError) else EXIT_OPERATOR
+    try:
+        manifest, env_id = await asyncio.to_thread(worker_identity, config.bench_root, path=config.command_path)
+        log.info("worker starting", incarnation=state.incarnation, slots=config.slots,
+                 coordinator=config.coordinator, environment_id=env_id, tls=not config.plaintext,
+                 outbox_depth=state.depth)
+        session = WorkerSession(config, state, manifest=manifest, environment_id=env_id)
+        received: list[int] = []
+        if install_signals:
+            loop = asyncio.get_running_loop()
+
+            def on_signal(signum: int) -> None:
+                received.append(signum)
+                if len(received) == 1:
+                    log.info("signal: draining", signal=signal.Signals(signum).name)
+                    session.drain()
+                else:
+                    log.warning("second signal: stopping now", signal=signal.Signals(signum).name)
+                    session.abort()
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            ended = await session.run()
+        except Refused as r:
+            log.error(f"refused by the coordinator, not retrying: {r.code.name}: {r.details}",
+                      status=r.code.name, details=r.details)
+            return EXIT_OPERATOR
+        except ConfigError as e:
+            log.error("configuration problem", problem=str(e))
+            return EXIT_OPERATOR
+        if ended is Ended.ABORTED:
+            return 128 + (received[-1] if received else signal.SIGTERM)
+        return EXIT_OK
+    finally:
+        state.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not __debug__:
+        _say("refusing to run under python -O: assertions are this program's invariant checks")
+        return EXIT_OPERATOR
+    if argv and argv[0] == "identity":
+        return identity_main(argv[1:])
+    try:
+        config = parse_config(argv, os.environ)
+    except ConfigError as e:
+        _say(str(e))
+        return EXIT_OPERATOR
+    from worker.logging_setup import configure
+
+    configure(config.worker_id, config.log_level)
+    from worker.outbox import OutboxStorageError
+
+    try:
+        return asyncio.run(run_worker(config))
+    except BaseException as exc:  # fail-stop: one line naming the storage failure, else the bug
+        leaves = list(_leaves(exc))
+        storage = [e for e in leaves if isinstance(e, OutboxStorageError)]
+        if storage:
+            log.error("storage failure: stopping", problem=str(storage[0]))
+            return EXIT_FAILURE
+        if isinstance(exc, KeyboardInterrupt):
+            return 128 + signal.SIGINT
+        log.exception("worker crashed")
+        return EXIT_FAILURE
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

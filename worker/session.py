@@ -1,0 +1,995 @@
+"""The worker's session with the coordinator: one bidi stream at a time, groups that outlive
+streams, and the durable outbox between the two.
+
+Rules, in the order things become durable:
+1. A push is recorded (`record_assignment`) before any of its cells starts; a repeat, or a
+   push of a finished assignment, is ignored. All cells of a group start together.
+2. An outcome is put into the outbox (files copied and fsynced, the entry committed) before
+   its scratch dir is deleted and before anything about it is sent.
+3. A report is sent only after every artifact it references was acknowledged as durable on
+   the same stream (the last chunk's ack, or a probe answered DUPLICATE).
+4. An entry leaves the outbox only on the coordinator's ack (ACCEPTED, DUPLICATE, LATE), or
+   by dead letter when it is refused for good.
+5. An assignment is finished locally only after its GroupFinished was acknowledged, after
+   every one of its reports settled; a revoked one once its outcomes are in the outbox.
+
+Ownership. The session's TaskGroup owns the groups (they keep running while disconnected)
+and the drain and abort controls; each stream's TaskGroup owns its writer, reader,
+heartbeat ticker, outbox pump and finisher, which all die with the stream. Every queue has
+a named bound; the heartbeat is one coalesced slot that goes before queued frames. The reader
+never waits for room in the send queue, so acks always get through.
+
+Failures. A stream closed with UNAUTHENTICATED, PERMISSION_DENIED or FAILED_PRECONDITION
+ends the session (`Refused`); any other end of a stream reconnects with exponential backoff
+and full jitter; storage errors of the state directory propagate (fail-stop).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import importlib.metadata
+import os
+import random
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+
+from common.evidence import ArtifactRef, ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification
+from common.fleetpb import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from common.ids import AssignmentId, AttemptId
+from common.limits import (
+    ARTIFACT_BYTES_MAX,
+    CHUNK_BYTES_MAX,
+    HEARTBEAT_INTERVAL_MS_DEFAULT,
+    HEARTBEAT_INTERVAL_MS_MAX,
+    HEARTBEAT_INTERVAL_MS_MIN,
+    ID_CHARS_MAX,
+    KEEPALIVE_TIME_MS,
+    KEEPALIVE_TIMEOUT_MS,
+    MESSAGE_BYTES_MAX,
+    RECONNECT_BACKOFF_MS_MAX,
+    RECONNECT_BACKOFF_MS_MIN,
+    SESSION_SEND_QUEUE_FRAMES_MAX,
+    UPLOADS_IN_FLIGHT_MAX,
+)
+from worker import codec
+from worker.config import (
+    ABORT_GRACE_MS,
+    GOODBYE_ACK_TIMEOUT_MS,
+    HELLO_BUFFERED_IDS_CHARS_MAX,
+    OUTBOX_FULL_RETRY_MS,
+    PROTOCOL_VERSION,
+    REPORT_SENDS_MAX,
+    REPORTS_IN_FLIGHT_MAX,
+    UPLOAD_CHUNKS_IN_FLIGHT_MAX,
+    UPLOAD_RESTARTS_MAX,
+    WELCOME_TIMEOUT_MS,
+    ConfigError,
+    WorkerConfig,
+)
+from worker.executor.base import AttemptDirs, CellJob, CellOutcome, Executor, now_ms, one_line, remove_tree, seal
+from worker.executor.base import executor_for as default_executor_for
+from worker.outbox import AssignmentConflict, OutboxEntry, OutboxFull, WorkerState
+
+__all__ = ["Ended", "Refused", "WorkerSession", "channel_options", "software_version"]
+
+# Closing codes that no retry can fix: a wrong token, a credential used where it does not
+# apply, a worker the coordinator will not admit (environment mismatch, stale incarnation).
+PERMANENT_STATUS_CODES = frozenset({
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+})
+
+_ACCEPTED = common_pb2.ACK_OUTCOME_ACCEPTED
+_DUPLICATE = common_pb2.ACK_OUTCOME_DUPLICATE
+_LATE = common_pb2.ACK_OUTCOME_LATE
+_REJECTED = common_pb2.ACK_OUTCOME_REJECTED
+# An upload the coordinator refuses for these is restarted from the offset its ack names.
+_UPLOAD_RESTARTABLE = frozenset({
+    common_pb2.REJECTION_REASON_DIGEST_MISMATCH,
+    common_pb2.REJECTION_REASON_LENGTH_MISMATCH,
+    common_pb2.REJECTION_REASON_CHUNK_OUT_OF_RANGE,
+})
+# "Nothing was changed, resend": the coordinator's disk is full or its actor is overloaded.
+_TRANSIENT = frozenset({common_pb2.REJECTION_REASON_STORAGE_FULL})
+
+log = structlog.get_logger("worker.session")
+
+
+class Refused(Exception):
+    """The coordinator refused this worker for good; the operator must act."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self.code = code
+        self.details = details
+        super().__init__(f"{code.name}: {details}")
+
+
+class Ended(enum.Enum):
+    DRAINED = "drained"  # drain finished (or timed out) and Goodbye was said
+    ABORTED = "aborted"  # stopped on a second signal; the outbox keeps what finished
+
+
+class _Closed(Exception):
+    """This stream ended on purpose, after Goodbye."""
+
+
+class _StreamEnded(Exception):
+    """The coordinator ended the stream without a status error."""
+
+
+class _ProtocolError(Exception):
+    """The coordinator sent something the contract does not allow; reconnect."""
+
+
+class _Aborted(Exception):
+    """A second signal: stop now."""
+
+
+class _GiveUp(Exception):
+    """An outbox entry that can never be delivered; the text is its dead-letter reason."""
+
+
+_RECONNECTABLE = (grpc.RpcError, _StreamEnded, _ProtocolError, TimeoutError, asyncio.InvalidStateError)
+
+
+def software_version() -> str:
+    try:
+        return importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def channel_options() -> list[tuple[str, int]]:
+    """Spelled out from the named limits, never left to library defaults."""
+    return [
+        ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+        ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MIN),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MIN),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MAX),
+    ]
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            yield from _leaves(e)
+    else:
+        yield exc
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@dataclass(eq=False)
+class _Held:
+    """An assignment this process holds: running, waiting for its reports to settle, or
+    waiting for its GroupFinished to be acknowledged."""
+
+    assignment_id: AssignmentId
+    run_id: str
+    cells_left: int  # cells whose outcome is not yet in the outbox
+    unsettled: set[AttemptId] = field(default_factory=set)  # in the outbox, not yet acked
+    running: bool = False
+    revoked: bool = False
+    handed_back: bool = False  # given up without running (an orphan, a push during drain)
+    dead: int = 0  # entries dead-lettered
+    finishing: bool = False  # a GroupFinished awaits its ack
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def ready_to_finish(self) -> bool:
+        return (not self.revoked and not self.running and not self.finishing
+                and self.cells_left == 0 and not self.unsettled)
+
+    @property
+    def reason(self) -> str:
+        return "handed_back" if self.handed_back or self.dead else "completed"
+
+
+class _Stream:
+    """One bidi call: seq numbering, the bounded send queue with its coalesced heartbeat
+    slot, and the futures waiting for acks. Dies with the call."""
+
+    def __init__(self, call: Any, number: int) -> None:
+        self.call = call
+        self.number = number
+        self._seq = 0
+        self._acks: dict[int, asyncio.Future[coordinator_pb2.Ack]] = {}
+        self._items: deque[tuple[str, Any, asyncio.Future[coordinator_pb2.Ack] | None]] = deque()
+        self._cond = asyncio.Condition()
+        self._heartbeat_due = False
+        self.durable: set[str] = set()  # digests acknowledged as durable on this stream
+        self.uploading: dict[str, asyncio.Event] = {}  # digest -> set when that upload ends
+        self.upload_slots = asyncio.Semaphore(UPLOADS_IN_FLIGHT_MAX)
+        self.report_slots = asyncio.Semaphore(REPORTS_IN_FLIGHT_MAX)
+        self._upload_count = 0
+
+    def upload_id(self, digest: str) -> str:
+        self._upload_count += 1
+        return f"u{self._upload_count}-{digest.removeprefix('sha256:')[:16]}"
+
+    def _frame(self, name: str, msg: Any) -> coordinator_pb2.WorkerFrame:
+        self._seq += 1
+        frame = coordinator_pb2.WorkerFrame(seq=self._seq)
+        getattr(frame, name).CopyFrom(msg)
+        return frame
+
+    async def write_first(self, name: str, msg: Any) -> None:
+        """The Hello, written before the writer task runs."""
+        assert self._seq == 0, "the first frame of a stream is written once"
+        await self.call.write(self._frame(name, msg))
+
+    async def send(self, name: str, msg: Any, *, ack: bool) -> asyncio.Future[coordinator_pb2.Ack] | None:
+        """Queue a frame, waiting while the queue is full; the future resolves with its Ack."""
+        fut = asyncio.get_running_loop().create_future() if ack else None
+        async with self._cond:
+            await self._cond.wait_for(lambda: len(self._items) < SESSION_SEND_QUEUE_FRAMES_MAX)
+            self._items.append((name, msg, fut))
+            self._cond.notify_all()
+        return fut
+
+    async def request(self, name: str, msg: Any) -> coordinator_pb2.Ack:
+        fut = await self.send(name, msg, ack=True)
+        assert fut is not None
+        return await fut
+
+    async def heartbeat_due(self) -> None:
+        """Ask for one heartbeat; asking again before it is sent changes nothing."""
+        async with self._cond:
+            self._heartbeat_due = True
+            self._cond.notify_all()
+
+    async def writer(self, heartbeat: Callable[[], coordinator_pb2.Heartbeat]) -> None:
+        while True:
+            async with self._cond:
+                await self._cond.wait_for(lambda: self._heartbeat_due or bool(self._items))
+                if self._heartbeat_due:
+                    self._heartbeat_due = False
+                    name, msg, fut = "heartbeat", heartbeat(), None
+                else:
+                    name, msg, fut = self._items.popleft()
+                    self._cond.notify_all()
+            frame = self._frame(name, msg)
+            if fut is not None:
+                self._acks[frame.seq] = fut
+            await self.call.write(frame)
+
+    def on_ack(self, ack: coordinator_pb2.Ack) -> bool:
+        fut = self._acks.pop(ack.seq, None)
+        if fut is None:
+            return False
+        if not fut.done():
+            fut.set_result(ack)
+        return True
+
+    def close(self) -> None:
+        for fut in self._acks.values():
+            fut.cancel()
+        self._acks.clear()
+        for _, _, fut in self._items:
+            if fut is not None:
+                fut.cancel()
+        self._items.clear()
+        self.call.cancel()
+
+
+ExecutorFor = Callable[..., Executor]
+
+
+class WorkerSession:
+    """The worker process's life with the coordinator, over an open state directory.
+
+    `await run()` returns `Ended.DRAINED` after `drain()` (or SIGTERM in `fleet-worker`) has
+    let the groups settle, flushed the outbox and said Goodbye; `Ended.ABORTED` after
+    `abort()`; raises `Refused` when the coordinator refuses the worker for good. The caller
+    owns `state` and closes it after `run` returns.
+    """
+
+    def __init__(self, config: WorkerConfig, state: WorkerState, *, manifest: dict[str, str],
+                 environment_id: str, executor_for: ExecutorFor = default_executor_for,
+                 rng: random.Random | None = None, version: str | None = None) -> None:
+        self._config = config
+        self._state = state
+        self._manifest = dict(sorted(manifest.items()))
+        self._environment_id = environment_id
+        self._executor_for = executor_for
+        self._rng = rng or random.Random()
+        self._version = version or software_version()
+        self._work_root = config.work_dir / "attempts"
+        self._held: dict[AssignmentId, _Held] = {}
+        self._running_cells = 0
+        self._changed = asyncio.Event()
+        self._drain_requested = asyncio.Event()
+        self._abort_requested = asyncio.Event()
+        self._goodbye = asyncio.Event()
+        self._draining = asyncio.Event()  # set once the drain's deadline is known
+        self._drain_deadline = 0.0
+        self._token = ""
+        self._heartbeat_interval_s = HEARTBEAT_INTERVAL_MS_DEFAULT / 1000
+        self._groups: asyncio.TaskGroup | None = None
+        self._log = log.bind(worker=config.worker_id)
+        self.streams_opened = 0
+
+    # ---- control --------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Stop taking work, let running groups settle, flush, say Goodbye, end `run`."""
+        self._drain_requested.set()
+
+    def abort(self) -> None:
+        """Cancel running groups and end `run` promptly; the outbox keeps what finished."""
+        self._abort_requested.set()
+
+    @property
+    def held_assignment_ids(self) -> list[AssignmentId]:
+        return list(self._held)
+
+    def _notify(self) -> None:
+        """Wake everyone waiting for a change of the held set or the outbox."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_until(self, predicate: Callable[[], bool], timeout_s: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            changed = self._changed
+            if predicate():
+                return True
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+
+    # ---- the session ----------------------------------------------------------------------
+
+    async def run(self) -> Ended:
+        self._token = self._initial_token()
+        await asyncio.to_thread(self._prepare_work_root)
+        self._adopt_orphans()
+        channel = self._channel()
+        refused: Refused | None = None
+        aborted = False
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._groups = tg
+                control = [tg.create_task(self._drain_control()), tg.create_task(self._abort_control())]
+                await self._connect_loop(channel)
+                for t in control:
+                    t.cancel()
+                for held in self._held.values():
+                    if held.task is not None:
+                        held.task.cancel()
+        except BaseExceptionGroup as eg:
+            leaves = list(_leaves(eg))
+            rest = [e for e in leaves if not isinstance(e, (Refused, _Aborted))]
+            if rest:
+                raise
+            refused = next((e for e in leaves if isinstance(e, Refused)), None)
+            aborted = refused is None
+        finally:
+            self._groups = None
+            await channel.close()
+        if refused is not None:
+            raise refused
+        if aborted:
+            self._log.warning("worker stopped without draining", outbox_depth=self._state.depth)
+            return Ended.ABORTED
+        self._log.info("worker drained", outbox_depth=self._state.depth,
+                       held=len(self._held))
+        return Ended.DRAINED
+
+    def _initial_token(self) -> str:
+        credential = self._state.load_credential()
+        if credential:
+            return credential
+        try:
+            token = self._config.token_file.read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"cannot read --token-file {self._config.token_file}: {e.strerror or e}") from None
+        if not token:
+            raise ConfigError(f"--token-file {self._config.token_file} is empty")
+        return token
+
+    def _prepare_work_root(self) -> None:
+        """Scratch left by an earlier process belongs to attempts no one runs any more."""
+        if self._work_root.is_dir():
+            for child in self._work_root.iterdir():
+                remove_tree(child)
+        self._work_root.mkdir(parents=True, exist_ok=True)
+
+    def _adopt_orphans(self) -> None:
+        """Assignments recorded by an earlier process and never finished: nothing runs them
+        now. Their buffered reports are replayed; then they are handed back."""
+        buffered: dict[str, set[AttemptId]] = {}
+        for entry in self._pending_entries():
+            buffered.setdefault(entry.assignment_id, set()).add(entry.attempt_id)
+        for aid, payload in self._state.assignments():
+            push = codec.push_from_record(payload)
+            held = _Held(aid, push.run_id, cells_left=0, unsettled=buffered.get(aid, set()),
+                         handed_back=True)
+            self._held[aid] = held
+            self._log.info("orphaned assignment will be handed back", run=push.run_id, assignment=aid,
+                           buffered=len(held.unsettled))
+
+    def _pending_entries(self) -> Iterator[OutboxEntry]:
+        after = 0
+        while page := self._state.pending(after_seq=after, limit=REPORTS_IN_FLIGHT_MAX):
+            yield from page
+            after = page[-1].seq
+
+    def _channel(self) -> grpc.aio.Channel:
+        target = self._config.coordinator
+        if self._config.tls_ca is not None:
+            creds = grpc.ssl_channel_credentials(root_certificates=self._config.tls_ca.read_bytes())
+            return grpc.aio.secure_channel(target, creds, options=channel_options())
+        return grpc.aio.insecure_channel(target, options=channel_options())
+
+    async def _drain_control(self) -> None:
+        await self._drain_requested.wait()
+        loop = asyncio.get_running_loop()
+        self._drain_deadline = loop.time() + self._config.drain_timeout_s
+        self._draining.set()
+        running = [h for h in self._held.values() if h.running]
+        self._log.info("draining: no new work", running_groups=len(running),
+                       drain_timeout_s=self._config.drain_timeout_s)
+        self._notify()
+        if not await self._wait_until(self._nothing_running, self._config.drain_timeout_s):
+            self._log.warning("drain timeout: cancelling running groups",
+                              groups=[h.assignment_id for h in self._held.values() if h.running])
+            await self._cancel_running()
+        settled = await self._wait_until(lambda: self._state.depth == 0 and not self._held,
+                                         self._config.flush_timeout_s)
+        if not settled:
+            self._log.warning("drain: outbox not flushed in time; it is kept for the next start",
+                              outbox_depth=self._state.depth, held=len(self._held))
+        self._goodbye.set()
+        self._notify()
+
+    async def _abort_control(self) -> None:
+        await self._abort_requested.wait()
+        self._log.warning("stopping now: cancelling running groups")
+        await self._cancel_running()
+        raise _Aborted()
+
+    def _nothing_running(self) -> bool:
+        return not any(h.running for h in self._held.values())
+
+    async def _cancel_running(self) -> None:
+        """Cancel events first (executors kill their processes and report UNKNOWN, which is
+        buffered); tasks that do not return within the grace are cancelled outright."""
+        for h in self._held.values():
+            if h.running:
+                h.cancel.set()
+        if await self._wait_until(self._nothing_running, ABORT_GRACE_MS / 1000):
+            return
+        tasks = [h.task for h in self._held.values() if h.running and h.task is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- streams --------------------------------------------------------------------------
+
+    async def _connect_loop(self, channel: grpc.aio.Channel) -> None:
+        failures = 0
+        while not self._goodbye.is_set():
+            outcome = await self._stream_once(channel)
+            if outcome == "closed":
+                return
+            if outcome == "welcomed":
+                failures = 0
+            cap_ms = min(RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN * (1 << min(failures, 20)))
+            failures += 1
+            delay_ms = self._rng.uniform(RECONNECT_BACKOFF_MS_MIN, cap_ms)
+            self._log.info("reconnecting", in_ms=round(delay_ms), failures=failures)
+            try:
+                await asyncio.wait_for(self._goodbye.wait(), delay_ms / 1000)
+            except TimeoutError:
+                pass
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self._token}"), ("x-fleet-worker-id", self._config.worker_id))
+
+    async def _stream_once(self, channel: grpc.aio.Channel) -> str:
+        """One stream, from Hello to its end: "closed" (after Goodbye), "welcomed" (it ran and
+        broke) or "failed" (it broke before Welcome). Raises `Refused`."""
+        self.streams_opened += 1
+        stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+        call = stub.Session(metadata=self._metadata())
+        s = _Stream(call, self.streams_opened)
+        welcomed = False
+        try:
+            await s.write_first("hello", self._hello())
+            first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT_MS / 1000)
+            if first is grpc.aio.EOF:
+                raise _StreamEnded("the coordinator closed the stream before its welcome")
+            kind = first.WhichOneof("body")
+            if kind != "welcome":
+                raise _ProtocolError(f"the first coordinator frame is {kind}, not welcome")
+            welcomed = True
+            await self._on_welcome(s, first.welcome)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(s.writer(self._heartbeat))
+                tg.create_task(self._reader(s))
+                tg.create_task(self._ticker(s))
+                tg.create_task(self._pump(s))
+                tg.create_task(self._finisher(s))
+                tg.create_task(self._drain_notice(s))
+                tg.create_task(self._goodbye_when_done(s))
+        except Exception as exc:
+            leaves = list(_leaves(exc))
+            if any(not isinstance(e, (_Closed, *_RECONNECTABLE)) for e in leaves):
+                raise
+            if any(isinstance(e, _Closed) for e in leaves):
+                return "closed"
+            for e in leaves:
+                if isinstance(e, grpc.aio.AioRpcError) and e.code() in PERMANENT_STATUS_CODES:
+                    raise Refused(e.code(), e.details() or "") from None
+            self._log.warning("stream ended", stream=s.number, welcomed=welcomed,
+                              cause="; ".join(dict.fromkeys(_describe(e) for e in leaves)))
+        finally:
+            s.close()
+        return "welcomed" if welcomed else "failed"
+
+    def _hello(self) -> coordinator_pb2.Hello:
+        buffered: list[str] = []
+        chars = 0
+        for entry in self._pending_entries():
+            chars += len(entry.attempt_id)
+            if chars > HELLO_BUFFERED_IDS_CHARS_MAX:
+                break
+            buffered.append(entry.attempt_id)
+        owned = sorted(aid for aid, h in self._held.items() if h.running and not h.revoked)
+        return coordinator_pb2.Hello(
+            worker_id=self._config.worker_id,
+            incarnation=self._state.incarnation,
+            slots=self._config.slots,
+            cpu_millis=self._config.cpu_millis,
+            memory_mb=self._config.memory_mb,
+            environment=[coordinator_pb2.EnvironmentComponent(key=k, value=v) for k, v in self._manifest.items()],
+            environment_id=self._environment_id,
+            owned_assignment_ids=owned,
+            buffered_attempt_ids=buffered,
+            protocol_version=PROTOCOL_VERSION,
+            software_version=self._version,
+        )
+
+    async def _on_welcome(self, s: _Stream, welcome: coordinator_pb2.Welcome) -> None:
+        if welcome.worker_credential:
+            # Saved before anything else happens on this stream: a crash right after must
+            # not leave the worker with a spent enrollment token only.
+            await asyncio.to_thread(self._state.save_credential, welcome.worker_credential)
+            self._token = welcome.worker_credential
+            self._log.info("worker credential issued and saved")
+        interval_ms = welcome.heartbeat_interval_ms or HEARTBEAT_INTERVAL_MS_DEFAULT
+        interval_ms = max(HEARTBEAT_INTERVAL_MS_MIN, min(HEARTBEAT_INTERVAL_MS_MAX, interval_ms))
+        self._heartbeat_interval_s = interval_ms / 1000
+        self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,
+                       heartbeat_interval_ms=interval_ms, outbox_depth=self._state.depth,
+                       held=len(self._held))
+
+    def _heartbeat(self) -> coordinator_pb2.Heartbeat:
+        return coordinator_pb2.Heartbeat(
+            owned_assignment_ids=sorted(aid for aid, h in self._held.items() if not h.revoked),
+            running_cells=self._running_cells,
+            outbox_depth=self._state.depth,
+        )
+
+    async def _ticker(self, s: _Stream) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_interval_s)
+            await s.heartbeat_due()
+
+    async def _drain_notice(self, s: _Stream) -> None:
+        await self._draining.wait()
+        remaining_s = max(0.0, self._drain_deadline - asyncio.get_running_loop().time())
+        await s.send("drain_notice", coordinator_pb2.DrainNotice(deadline_ms=int(remaining_s * 1000)), ack=False)
+
+    async def _goodbye_when_done(self, s: _Stream) -> None:
+        await self._goodbye.wait()
+        ack = await s.send("goodbye", coordinator_pb2.Goodbye(reason="drained"), ack=True)
+        assert ack is not None
+        try:
+            await asyncio.wait_for(ack, GOODBYE_ACK_TIMEOUT_MS / 1000)
+        except TimeoutError:
+            self._log.warning("goodbye not acknowledged in time; closing anyway")
+        await s.call.done_writing()
+        raise _Closed()
+
+    # ---- the reader -----------------------------------------------------------------------
+
+    async def _reader(self, s: _Stream) -> None:
+        while True:
+            frame = await s.call.read()
+            if frame is grpc.aio.EOF:
+                raise _StreamEnded("the coordinator ended the stream")
+            kind = frame.WhichOneof("body")
+            if kind == "ack":
+                if not s.on_ack(frame.ack):
+                    self._log.debug("ack for a frame that waits for none", seq=frame.ack.seq)
+            elif kind == "assignment":
+                await self._on_push(frame.assignment)
+            elif kind == "revoke":
+                await self._on_revoke(frame.revoke)
+            elif kind == "run_state":
+                rs = frame.run_state
+                self._log.info("run state", run=rs.run_id, paused=rs.paused, blocked_reason=rs.blocked_reason)
+            elif kind == "upload_status":
+                self._log.debug("upload status", digest=frame.upload_status.digest,
+                                committed_offset=frame.upload_status.committed_offset)
+            elif kind == "welcome":
+                self._log.warning("a second welcome on one stream ignored", stream=s.number)
+            else:
+                raise _ProtocolError(f"a coordinator frame without a known body ({kind})")
+
+    async def _on_push(self, push: coordinator_pb2.AssignmentPush) -> None:
+        aid = AssignmentId(push.assignment_id)
+        plog = self._log.bind(run=push.run_id, assignment=aid)
+        if not aid:
+            plog.error("push without an assignment id ignored")
+            return
+        if aid in self._held:
+            plog.info("repeated push ignored")
+            return
+        try:
+            fresh = await asyncio.to_thread(self._state.record_assignment, aid, codec.push_record(push))
+        except (AssignmentConflict, ValueError) as e:
+            plog.error("push refused", problem=str(e))
+            return
+        if not fresh:
+            plog.info("push of a recorded or finished assignment ignored")
+            return
+        held = _Held(aid, push.run_id, cells_left=len(push.cells))
+        self._held[aid] = held
+        if self._draining.is_set():
+            held.cells_left = 0
+            held.handed_back = True
+            plog.info("push during drain: handing it back")
+            self._notify()
+            return
+        plog.info("assignment received", generation=push.generation, group=push.group_id,
+                  cells=len(push.cells), deadline_ms=push.deadline_ms)
+        held.running = True
+        assert self._groups is not None, "pushes arrive only while the session runs"
+        held.task = self._groups.create_task(self._run_group(held, push))
+
+    async def _on_revoke(self, revoke: coordinator_pb2.Revoke) -> None:
+        aid = AssignmentId(revoke.assignment_id)
+        held = self._held.get(aid)
+        if held is None:
+            self._log.info("revoke of an assignment not held", assignment=aid, reason=revoke.reason)
+            return
+        self._log.info("assignment revoked", run=held.run_id, assignment=aid, reason=revoke.reason,
+                       running=held.running)
+        held.revoked = True
+        held.cancel.set()
+        if not held.running:
+            # Nothing runs it; what it buffered is still delivered (as late evidence).
+            await self._finish_locally(held)
+
+    async def _finish_locally(self, held: _Held) -> None:
+        await asyncio.to_thread(self._state.finish_assignment, held.assignment_id)
+        if self._held.get(held.assignment_id) is held:
+            del self._held[held.assignment_id]
+        self._notify()
+
+    # ---- groups and cells -----------------------------------------------------------------
+
+    async def _run_group(self, held: _Held, push: coordinator_pb2.AssignmentPush) -> None:
+        glog = self._log.bind(run=push.run_id, assignment=held.assignment_id)
+        jobs: list[CellJob] | None = None
+        executor: Executor | None = None
+        failure = ""
+        environment_failure = ""
+        try:
+            jobs = codec.jobs_from_push(push, bench_root=self._config.bench_root, work_root=self._work_root,
+                                        environ=self._config.environ)
+        except codec.CodecError as e:
+            failure = f"the assignment could not be read: {e}"
+        if jobs:
+            kind = str(jobs[0].executor.get("kind", ""))
+            try:
+                executor = self._executor_for(kind, path=self._config.command_path)
+            except ValueError as e:
+                failure = environment_failure = one_line(str(e), ID_CHARS_MAX)
+        if failure:
+            glog.error("cells not started", reason=failure)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for i, cell in enumerate(push.cells):
+                    job = jobs[i] if jobs is not None and executor is not None else None
+                    tg.create_task(self._run_cell(held, push, cell, job, executor, failure, environment_failure))
+        finally:
+            held.running = False
+            self._notify()
+        glog.info("group ran", revoked=held.revoked)
+        if held.revoked:
+            await self._finish_locally(held)
+
+    async def _run_cell(self, held: _Held, push: coordinator_pb2.AssignmentPush,
+                        cell: coordinator_pb2.CellAssignment, job: CellJob | None, executor: Executor | None,
+                        failure: str, environment_failure: str) -> None:
+        if job is None or executor is None:
+            at = now_ms()
+            report = seal(Report(Status.UNSPECIFIED, Execution.NOT_STARTED, Verification.NOT_RUN, Usage.MISSING,
+                                 Cleanup.CONFIRMED, environment_failure=environment_failure,
+                                 started_ms=at, finished_ms=at, detail=one_line(failure)))
+            outcome = CellOutcome(report, ())
+        else:
+            self._running_cells += 1
+            try:
+                outcome = await executor.run(job, held.cancel)
+            finally:
+                self._running_cells -= 1
+        await self._buffer(held, push, cell, outcome)
+
+    async def _buffer(self, held: _Held, push: coordinator_pb2.AssignmentPush,
+                      cell: coordinator_pb2.CellAssignment, outcome: CellOutcome) -> None:
+        """Make the outcome durable in the outbox, then delete the attempt's scratch."""
+        attempt = AttemptId(cell.attempt_id)
+        files, missing = await asyncio.to_thread(_usable_files, outcome.files)
+        report = outcome.report
+        if missing:
+            report = dataclasses.replace(report, unavailable=report.unavailable + tuple(missing))
+        payload = codec.cell_report_payload(push, cell, report)
+        # In the unsettled set before the entry exists, so its ack can never come first.
+        held.unsettled.add(attempt)
+        full_logged = False
+        while True:
+            try:
+                await asyncio.to_thread(self._state.put_report, attempt, held.assignment_id, payload, files)
+                break
+            except OutboxFull as e:
+                if not full_logged:
+                    self._log.warning("outbox full: waiting to store an outcome", attempt=attempt, problem=str(e))
+                    full_logged = True
+                await asyncio.sleep(OUTBOX_FULL_RETRY_MS / 1000)
+        held.cells_left -= 1
+        await asyncio.to_thread(remove_tree, AttemptDirs.of(self._work_root, attempt).root)
+        self._log.info("outcome buffered", run=push.run_id, assignment=held.assignment_id, attempt=attempt,
+                       status=report.status.name, execution=report.execution.name, files=len(files))
+        self._notify()
+
+    # ---- delivery -------------------------------------------------------------------------
+
+    async def _pump(self, s: _Stream) -> None:
+        """Every pending entry, in outbox order, once per stream: at connect the whole outbox
+        (the replay), afterwards each new one as it is put."""
+        cursor = 0
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                changed = self._changed
+                page = self._state.pending(after_seq=cursor, limit=REPORTS_IN_FLIGHT_MAX)
+                if not page:
+                    await changed.wait()
+                    continue
+                for entry in page:
+                    await s.report_slots.acquire()
+                    tg.create_task(self._deliver_in_slot(s, entry))
+                    cursor = entry.seq
+
+    async def _deliver_in_slot(self, s: _Stream, entry: OutboxEntry) -> None:
+        try:
+            await self._deliver(s, entry)
+        finally:
+            s.report_slots.release()
+
+    async def _deliver(self, s: _Stream, entry: OutboxEntry) -> None:
+        dlog = self._log.bind(assignment=entry.assignment_id, attempt=entry.attempt_id)
+        transient = 0
+        sends = 0
+        while True:
+            try:
+                for ref in entry.artifacts:
+                    await self._ensure_uploaded(s, entry, ref)
+            except _GiveUp as e:
+                await self._dead_letter(s, entry, str(e))
+                return
+            sends += 1
+            ack = await s.request("cell_report", codec.cell_report_frame(entry.payload, entry.artifacts))
+            if ack.outcome in (_ACCEPTED, _DUPLICATE, _LATE):
+                await asyncio.to_thread(self._state.ack, entry.attempt_id)
+                self._settle(entry, dead=False)
+                dlog.info("report acknowledged", outcome=common_pb2.AckOutcome.Name(ack.outcome))
+                return
+            if ack.outcome != _REJECTED:
+                raise _ProtocolError(f"report ack with outcome {ack.outcome}")
+            reason = common_pb2.RejectionReason.Name(ack.rejection)
+            if ack.rejection == common_pb2.REJECTION_REASON_ARTIFACT_MISSING and sends < REPORT_SENDS_MAX:
+                dlog.warning("report refused for a missing artifact: uploading again", detail=ack.detail)
+                s.durable.difference_update(a.digest for a in entry.artifacts)
+                continue
+            if ack.rejection in _TRANSIENT:
+                transient += 1
+                await self._pause(transient, dlog, reason, ack.detail)
+                continue
+            await self._dead_letter(s, entry, f"{reason}: {ack.detail}" if ack.detail else reason)
+            return
+
+    async def _pause(self, n: int, plog: Any, reason: str, detail: str) -> None:
+        cap_ms = min(RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN * (1 << min(n, 20)))
+        delay_ms = self._rng.uniform(RECONNECT_BACKOFF_MS_MIN, cap_ms)
+        plog.warning("coordinator asks to resend later", reason=reason, detail=detail, in_ms=round(delay_ms))
+        await asyncio.sleep(delay_ms / 1000)
+
+    def _settle(self, entry: OutboxEntry, *, dead: bool) -> None:
+        held = self._held.get(entry.assignment_id)
+        if held is not None:
+            held.unsettled.discard(entry.attempt_id)
+            held.dead += dead
+        self._notify()
+
+    async def _dead_letter(self, s: _Stream, entry: OutboxEntry, reason: str) -> None:
+        reason = one_line(reason) or "refused"
+        if await asyncio.to_thread(self._state.dead_letter, entry.attempt_id, reason):
+            self._log.error("report dead-lettered", assignment=entry.assignment_id, attempt=entry.attempt_id,
+                            reason=reason)
+        self._settle(entry, dead=True)
+        await s.send("dead_letter", coordinator_pb2.DeadLetter(attempt_id=entry.attempt_id, reason=reason), ack=False)
+
+    async def _ensure_uploaded(self, s: _Stream, entry: OutboxEntry, ref: ArtifactRef) -> None:
+        """Return once the coordinator holds `ref.digest` durably, as acked on this stream."""
+        while ref.digest not in s.durable:
+            ongoing = s.uploading.get(ref.digest)
+            if ongoing is not None:
+                await ongoing.wait()  # another entry uploads the same bytes; then look again
+                continue
+            done = s.uploading[ref.digest] = asyncio.Event()
+            try:
+                async with s.upload_slots:
+                    await self._upload(s, entry, ref)
+                s.durable.add(ref.digest)
+            finally:
+                del s.uploading[ref.digest]
+                done.set()
+
+    async def _upload(self, s: _Stream, entry: OutboxEntry, ref: ArtifactRef) -> None:
+        """Probe, then send what the coordinator lacks; restart on a refusal that a resend
+        can fix, give up (dead letter) on one it cannot."""
+        ulog = self._log.bind(attempt=entry.attempt_id, artifact=ref.name, digest=ref.digest)
+        upload_id = s.upload_id(ref.digest)
+
+        def chunk(offset: int, data: bytes, last: bool) -> coordinator_pb2.UploadChunk:
+            return coordinator_pb2.UploadChunk(upload_id=upload_id, attempt_id=entry.attempt_id, digest=ref.digest,
+                                               total_length=ref.size_bytes, offset=offset, data=data, last=last)
+
+        restarts = 0
+        transient = 0
+        ack = await s.request("upload_chunk", chunk(0, b"", False))  # the probe
+        offset = ack.committed_offset
+        while True:
+            if ack.outcome == _DUPLICATE:
+                ulog.debug("artifact already stored")
+                return
+            if ack.outcome == _REJECTED:
+                reason = common_pb2.RejectionReason.Name(ack.rejection)
+                if ack.rejection in _TRANSIENT:
+                    transient += 1
+                    await self._pause(transient, ulog, reason, ack.detail)
+                    ack = await s.request("upload_chunk", chunk(0, b"", False))
+                    offset = ack.committed_offset
+                    continue
+                if ack.rejection not in _UPLOAD_RESTARTABLE or restarts >= UPLOAD_RESTARTS_MAX:
+                    raise _GiveUp(f"upload of {ref.name} refused: {reason}: {ack.detail}")
+                restarts += 1
+                ulog.warning("upload refused: restarting", reason=reason, detail=ack.detail, offset=offset)
+            elif ack.outcome != _ACCEPTED:
+                raise _ProtocolError(f"upload ack with outcome {ack.outcome}")
+            if offset > ref.size_bytes:
+                offset = 0
+            ack, offset = await self._send_chunks(s, ref, offset, chunk)
+            if ack.outcome == _ACCEPTED:
+                ulog.debug("artifact uploaded", size_bytes=ref.size_bytes)
+                return
+
+    async def _send_chunks(self, s: _Stream, ref: ArtifactRef, offset: int,
+                           chunk: Callable[[int, bytes, bool], coordinator_pb2.UploadChunk],
+                           ) -> tuple[coordinator_pb2.Ack, int]:
+        """Chunks from `offset` to the end, at most UPLOAD_CHUNKS_IN_FLIGHT_MAX unacknowledged.
+
+        Returns the deciding ack (the last chunk's ACCEPTED, or the first that is not
+        ACCEPTED: a refusal, or DUPLICATE when the coordinator already holds the digest) and
+        the committed offset of the latest ack, where a restart resumes."""
+        path = self._state.artifact_path(ref.digest)
+        try:
+            fd = await asyncio.to_thread(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise _GiveUp(f"artifact {ref.name} file is unreadable: {e.strerror or e}") from None
+        inflight: deque[asyncio.Future[coordinator_pb2.Ack]] = deque()
+        try:
+            pos = offset
+            while True:
+                n = min(CHUNK_BYTES_MAX, ref.size_bytes - pos)
+                try:
+                    data = await asyncio.to_thread(os.pread, fd, n, pos)
+                except OSError as e:
+                    raise _GiveUp(f"artifact {ref.name} file is unreadable: {e.strerror or e}") from None
+                if len(data) != n:
+                    raise _GiveUp(f"artifact {ref.name} file is shorter than its recorded {ref.size_bytes} bytes")
+                last = pos + n == ref.size_bytes
+                fut = await s.send("upload_chunk", chunk(pos, data, last), ack=True)
+                assert fut is not None
+                inflight.append(fut)
+                pos += n
+                while inflight and (last or len(inflight) >= UPLOAD_CHUNKS_IN_FLIGHT_MAX):
+                    deciding = await inflight.popleft()
+                    if deciding.outcome == _ACCEPTED and inflight:
+                        continue
+                    latest = deciding
+                    while inflight:  # after a refusal or a DUPLICATE the rest only tell the offset
+                        latest = await inflight.popleft()
+                    return deciding, latest.committed_offset
+        finally:
+            await asyncio.to_thread(os.close, fd)
+
+    # ---- finishing groups -----------------------------------------------------------------
+
+    async def _finisher(self, s: _Stream) -> None:
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                changed = self._changed
+                for held in list(self._held.values()):
+                    if held.ready_to_finish():
+                        held.finishing = True
+                        tg.create_task(self._finish_group(s, held))
+                await changed.wait()
+
+    async def _finish_group(self, s: _Stream, held: _Held) -> None:
+        flog = self._log.bind(run=held.run_id, assignment=held.assignment_id)
+        reason = held.reason
+        transient = 0
+        try:
+            while True:
+                ack = await s.request("group_finished",
+                                      coordinator_pb2.GroupFinished(assignment_id=held.assignment_id, reason=reason))
+                if ack.outcome == _REJECTED and ack.rejection in _TRANSIENT:
+                    transient += 1
+                    await self._pause(transient, flog, common_pb2.RejectionReason.Name(ack.rejection), ack.detail)
+                    continue
+                break
+            if ack.outcome == _REJECTED:
+                # The coordinator does not hold this assignment for us (released, expired):
+                # there is nothing left to give back.
+                flog.warning("group finished refused; finishing locally",
+                             rejection=common_pb2.RejectionReason.Name(ack.rejection), detail=ack.detail)
+            else:
+                flog.info("group finished", reason=reason, outcome=common_pb2.AckOutcome.Name(ack.outcome))
+            await self._finish_locally(held)
+        finally:
+            held.finishing = False
+
+
+def _usable_files(files: Sequence[Any]) -> tuple[list[tuple[str, Path]], list[ArtifactUnavailable]]:
+    """The outcome's files the outbox can take, and the rest as unavailable with the reason."""
+    usable: list[tuple[str, Path]] = []
+    missing: list[ArtifactUnavailable] = []
+    for f in files:
+        try:
+            size = os.stat(f.path).st_size
+        except OSError as e:
+            missing.append(ArtifactUnavailable(f.name, f"file unreadable when the report was stored: {e.strerror or e}"))
+            continue
+        if size > ARTIFACT_BYTES_MAX:
+            missing.append(ArtifactUnavailable(f.name, f"{size} bytes exceed the artifact limit of {ARTIFACT_BYTES_MAX}"))
+            continue
+        usable.append((f.name, Path(f.path)))
+    return usable, missing

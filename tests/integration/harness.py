@@ -121,12 +121,13 @@ class Cluster:
             self.address = addr_file.read_text().strip()
         return self.coordinator
 
-    def start_worker(self, worker_id: str, *, slots: int = 2, bench_root: Path = INTBENCH, extra: tuple = ()) -> Proc:
+    def start_worker(self, worker_id: str, *, slots: int = 2, bench_root: Path = INTBENCH, extra: tuple = (),
+                     address: str | None = None) -> Proc:
         state = self.root / "workers" / worker_id
         state.mkdir(parents=True, exist_ok=True)
         log_path = self.root / f"worker-{worker_id}.log"
         log = log_path.open("ab")
-        popen = subprocess.Popen([PY, "-m", "worker.main", "--coordinator", self.address,
+        popen = subprocess.Popen([PY, "-m", "worker.main", "--coordinator", address or self.address,
                                   "--token-file", str(self.data_dir / "enroll.token"), "--worker-id", worker_id,
                                   "--slots", str(slots), "--state-dir", str(state), "--bench-root", str(bench_root),
                                   *extra], stdout=log, stderr=subprocess.STDOUT, env=self.env(), cwd=REPO)

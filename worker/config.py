@@ -195,6 +195,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Wo
 
 def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> WorkerConfig:
     """The config of `fleet-worker` run flags (without a subcommand)."""
-    p = argparse.ArgumentParser(prog="fleet-worker")
+    p = argparse.ArgumentParser(
+        prog="fleet-worker", description="run task groups for a fleet coordinator",
+        epilog="fleet-worker identity --bench-root DIR prints this machine's environment manifest "
+               "and id as JSON. SIGTERM or SIGINT drains (exit 0); a second signal stops at once.")
     add_run_flags(p)
     return config_from_args(p.parse_args(list(argv)), environ)

@@ -456,6 +456,32 @@ def test_a_stream_cut_mid_run_reconnects_and_replays_unacked_reports(tmp_path: P
     asyncio.run(go())
 
 
+def test_groups_keep_running_while_disconnected_and_report_after_reconnecting(tmp_path: Path) -> None:
+    async def go() -> None:
+        fake = FakeCoordinator()
+        ex = FakeExecutor(block=True)
+        async with serving(fake) as port:
+            w = Worker(make_config(tmp_path, port), ex)
+            await eventually(lambda: fake.streams, "a stream")
+            push = make_push()
+            fake.send(Frame(assignment=push))
+            await eventually(lambda: len(ex.runs) == 2, "both cells started")
+            fake.refuse_first = 10**6  # every new stream is refused UNAVAILABLE for now
+            fake.current.cut.set()
+            await eventually(lambda: len(fake.streams) >= 2, "a refused reconnect")
+            ex.release.set()
+            await eventually(lambda: w.state.depth == 2, "both outcomes buffered while disconnected")
+            refused_streams = len(fake.streams)
+            assert not fake.all("cell_report")
+            fake.refuse_first = 0
+            await eventually(lambda: fake.group_finished() == [(push.assignment_id, "completed")], "group finished")
+            assert len(fake.streams) > refused_streams and len(ex.runs) == 2 and not ex.cancelled
+            assert sorted(fake.reports) == sorted(c.attempt_id for c in push.cells)
+            assert await w.drain() is Ended.DRAINED
+
+    asyncio.run(go())
+
+
 def test_a_repeated_push_is_ignored_while_running_and_after_finishing(tmp_path: Path) -> None:
     async def go() -> None:
         fake = FakeCoordinator()
@@ -695,5 +721,32 @@ def test_sigterm_drains_fleet_worker_and_it_exits_0(tmp_path: Path) -> None:
             _, err = await asyncio.wait_for(proc.communicate(), 15)
             assert proc.returncode == 0, err.decode()
             assert fake.all("drain_notice") and fake.all("goodbye")
+
+    asyncio.run(go())
+
+
+@pytest.mark.skipif(not __import__("shutil").which("openssl"), reason="needs the openssl command")
+def test_with_a_ca_file_the_session_runs_over_tls(tmp_path: Path) -> None:
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=20)
+
+    async def go() -> None:
+        fake = FakeCoordinator()
+        server = grpc.aio.server()
+        coordinator_pb2_grpc.add_CoordinatorServicer_to_server(fake, server)
+        creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+        port = server.add_secure_port("127.0.0.1:0", creds)
+        await server.start()
+        try:
+            w = Worker(make_config(tmp_path, port, coordinator=f"localhost:{port}", tls_ca=cert), FakeExecutor())
+            await eventually(lambda: fake.streams and fake.current.of("heartbeat"), "a heartbeat over TLS")
+            assert fake.current.metadata["authorization"] == f"Bearer {ENROLL}"
+            assert await w.drain() is Ended.DRAINED
+        finally:
+            await server.stop(0)
 
     asyncio.run(go())

@@ -1,0 +1,402 @@
+"""Every rejection the core can return leaves the state exactly as it was: each table row
+builds a state with the `Core` harness, fingerprints it (durable fingerprint, a copy of the
+soft state, the version), applies one bad command, and asserts the reason, a detail, no
+effects, nothing to log, and an unchanged state; a meta-test checks that the table names
+every `Rejection` that machine.py can return."""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from common.evidence import ArtifactRef, ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification
+from common.ids import AssignmentId, AttemptId, CellId, RunId, WorkerId, sha256_digest
+from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, SCORE_ABS_MAX
+from common.rejections import Rejection
+from coordinator.core import commands as c
+from coordinator.core import machine
+from coordinator.core.effects import OutcomeKind
+from coordinator.core.state import durable_fingerprint
+from tests.unit.core_helpers import (
+    ENV,
+    ENV_FAILURE,
+    EVIDENCE,
+    EXPIRE_MS,
+    OK,
+    OTHER_ENV,
+    UNKNOWN,
+    Core,
+    artifact,
+    make_policy,
+    make_report,
+    make_spec,
+    pushes,
+)
+
+NO_RUN = RunId("run-0000000000000000")
+STRANGER = WorkerId("w-stranger")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    reason: Rejection
+    build: Callable[[], tuple[Core, object]]
+
+
+# --- builders of states -----------------------------------------------------------------------
+
+def one_group(subjects: int = 2, **policy) -> tuple[Core, object]:
+    """w1 holds the only group; returns the harness and the group's push."""
+    k = Core(make_spec(tasks=1, subjects=subjects), make_policy(**policy))
+    [push] = pushes(k.register("w1"))
+    k.advance(10)
+    return k, push
+
+
+def two_workers() -> tuple[Core, object, object]:
+    k = Core(make_spec(tasks=2, subjects=1))
+    [p1] = pushes(k.register("w1"))
+    [p2] = pushes(k.register("w2"))
+    k.advance(10)
+    return k, p1, p2
+
+
+def superseded() -> tuple[Core, AttemptId, AttemptId]:
+    """w1 expired; its group runs again on w2. Returns the old and the new attempt."""
+    k = Core(make_spec(tasks=1, subjects=1))
+    [old] = pushes(k.register("w1"))
+    k.register("w2")
+    k.clock(EXPIRE_MS, alive=("w2",))
+    [new_aid] = k.held("w2")
+    return k, old.cells[0].attempt_id, k.attempts_of(new_aid)[0]
+
+
+def report_cmd(k: Core, tid: AttemptId, report: Report, **over) -> c.CellReported:
+    a = k.attempt(tid)
+    fields = dict(now_ms=k.now, worker_id=a.worker_id, attempt_id=tid, assignment_id=a.assignment_id,
+                  generation=a.generation, report=report)
+    fields.update(over)
+    return c.CellReported(**fields)
+
+
+def first_attempt(push) -> AttemptId:
+    return push.cells[0].attempt_id
+
+
+def with_report(report: Report, **policy) -> Callable[[], tuple[Core, object]]:
+    def build():
+        k, push = one_group(**policy)
+        return k, report_cmd(k, first_attempt(push), report)
+    return build
+
+
+def register(wid: str = "w9", slots: int = 1, env: str = ENV, incarnation: int = 1, *, policy=None,
+             cpu_millis: int = 0, memory_mb: int = 0) -> Callable[[], tuple[Core, object]]:
+    def build():
+        k = Core(policy=make_policy(**(policy or {})))
+        return k, c.WorkerRegistered(k.now, WorkerId(wid), incarnation, slots, env, cpu_millis, memory_mb)
+    return build
+
+
+def on_fresh_run(make: Callable[[Core], object]) -> Callable[[], tuple[Core, object]]:
+    def build():
+        k = Core()
+        k.register("w1")
+        return k, make(k)
+    return build
+
+
+# --- the cases --------------------------------------------------------------------------------
+
+def _pinned_mismatch():
+    k = Core(make_spec(tasks=3, subjects=1), make_policy(required_environment_id=""))
+    k.register("w1", env="env-a")
+    return k, c.WorkerRegistered(k.now, WorkerId("w2"), 1, 1, "env-b")
+
+
+def _stale_incarnation():
+    k = Core()
+    k.register("w1", incarnation=5)
+    return k, c.WorkerRegistered(k.now, WorkerId("w1"), 4, 1, ENV)
+
+
+def _spec_conflict(other_spec: bool):
+    def build():
+        k = Core()
+        k.register("w1")
+        spec = make_spec(tasks=5) if other_spec else k.spec
+        policy = k.policy if other_spec else make_policy(retry_backoff_ms=7, retry_backoff_max_ms=7)
+        return k, c.RunSubmitted(k.now, k.run_id, spec, policy)
+    return build
+
+
+def _blocked():
+    k, push = one_group(subjects=1)
+    k.report(first_attempt(push), EVIDENCE["environment-failure"][0])
+    return k
+
+
+def _exhausted():
+    k, push = one_group(subjects=1, max_attempts_per_cell=1)
+    k.report(first_attempt(push), UNKNOWN)
+    return k, push.cells[0].cell_id
+
+
+def _worker_in(status: str) -> Core:
+    k = Core(make_spec(tasks=1, subjects=1))
+    k.register("w1")
+    k.register("w2")
+    if status == "expired":
+        k.clock(EXPIRE_MS, alive=("w2",))
+    elif status == "gone":
+        k.gone("w1")
+    elif status == "reconciling":
+        k.coordinator_recovered()
+    return k
+
+
+def _report_artifact(size_delta: int, stored: bool):
+    def build():
+        k, push = one_group()
+        ref, _ = artifact("stdout")
+        if stored:
+            k.store(ref)
+        ref = replace(ref, size_bytes=ref.size_bytes + size_delta)
+        return k, report_cmd(k, first_attempt(push), make_report(artifacts=(ref,)))
+    return build
+
+
+def _conflict_late():
+    k, old, new = superseded()
+    k.report(old, OK)
+    return k, report_cmd(k, old, make_report(score=0.0))
+
+
+def _conflict_authoritative():
+    k, push = one_group()
+    k.report(first_attempt(push), OK)
+    return k, report_cmd(k, first_attempt(push), make_report(cost_usd=0.02))
+
+
+def _conflict_after_selection():
+    k, push = one_group(subjects=1)
+    k.report(first_attempt(push), OK)  # selected, group released
+    return k, report_cmd(k, first_attempt(push), UNKNOWN)
+
+
+def _old_attempt_under_new_assignment():
+    k, old, new = superseded()
+    a = k.attempt(new)
+    return k, report_cmd(k, old, OK, assignment_id=a.assignment_id, generation=a.generation,
+                         worker_id=k.attempt(old).worker_id)
+
+
+def _other_workers_attempt():
+    k, p1, p2 = two_workers()
+    return k, report_cmd(k, first_attempt(p2), OK, worker_id=WorkerId("w1"))
+
+
+def _other_workers_group():
+    k, p1, p2 = two_workers()
+    return k, c.GroupFinished(k.now, WorkerId("w1"), p2.assignment_id)
+
+
+def _grant_selected():
+    k, push = one_group(subjects=1)
+    k.report(first_attempt(push), OK)
+    return k, c.CellRetryGranted(k.now, k.run_id, push.cells[0].cell_id)
+
+
+def _grant_running():
+    k, _ = _exhausted()
+    [again] = pushes(k.grant(k.run.groups[0].cells[0]))
+    return k, c.CellRetryGranted(k.now, k.run_id, again.cells[0].cell_id)
+
+
+def _grant_attempts_left():
+    k, push = one_group(subjects=1, retry_backoff_ms=1_000, retry_backoff_max_ms=1_000)
+    k.report(first_attempt(push), UNKNOWN)  # waits in backoff, two attempts left
+    return k, c.CellRetryGranted(k.now, k.run_id, push.cells[0].cell_id)
+
+
+def _grant_never_run():
+    k = Core()  # no worker: nothing ran yet
+    return k, c.CellRetryGranted(k.now, k.run_id, k.run.groups[0].cells[0])
+
+
+def _evidence(name: str, report: Report) -> Case:
+    return Case(f"invalid evidence: {name}", Rejection.INVALID_EVIDENCE, with_report(report))
+
+
+def _contradiction(name: str, report: Report, status: Status) -> Case:
+    return Case(f"status contradicts evidence: {name}", Rejection.STATUS_CONTRADICTS_EVIDENCE,
+                with_report(replace(report, status=status)))
+
+
+DIGEST = sha256_digest(b"x")
+
+CASES: list[Case] = [
+    # unknown things
+    Case("pause an unknown run", Rejection.UNKNOWN_RUN, on_fresh_run(lambda k: c.RunPaused(k.now, NO_RUN))),
+    Case("recover an unknown run", Rejection.UNKNOWN_RUN, on_fresh_run(lambda k: c.RunRecovered(k.now, NO_RUN))),
+    Case("repair an unknown run", Rejection.UNKNOWN_RUN, on_fresh_run(lambda k: c.RunRepaired(k.now, NO_RUN, "x"))),
+    Case("retry in an unknown run", Rejection.UNKNOWN_RUN,
+         on_fresh_run(lambda k: c.CellRetryGranted(k.now, NO_RUN, k.run.groups[0].cells[0]))),
+    Case("report from an unregistered worker", Rejection.UNKNOWN_WORKER,
+         lambda: (lambda k, p: (k, report_cmd(k, first_attempt(p), OK, worker_id=STRANGER)))(*one_group())),
+    Case("group finished by an unregistered worker", Rejection.UNKNOWN_WORKER,
+         lambda: (lambda k, p: (k, c.GroupFinished(k.now, STRANGER, p.assignment_id)))(*one_group())),
+    Case("heartbeat from an unregistered worker", Rejection.UNKNOWN_WORKER,
+         on_fresh_run(lambda k: c.HeartbeatReceived(k.now, STRANGER))),
+    Case("disconnect of an unregistered worker", Rejection.UNKNOWN_WORKER,
+         on_fresh_run(lambda k: c.WorkerDisconnected(k.now, STRANGER))),
+    Case("drain an unregistered worker", Rejection.UNKNOWN_WORKER,
+         on_fresh_run(lambda k: c.WorkerDrained(k.now, STRANGER))),
+    Case("unregistered worker gone", Rejection.UNKNOWN_WORKER, on_fresh_run(lambda k: c.WorkerGone(k.now, STRANGER))),
+    Case("suspect an unregistered worker", Rejection.UNKNOWN_WORKER,
+         on_fresh_run(lambda k: c.WorkerSuspected(k.now, STRANGER))),
+    Case("resume an unregistered worker", Rejection.UNKNOWN_WORKER,
+         on_fresh_run(lambda k: c.WorkerResumed(k.now, STRANGER))),
+    Case("expire an unregistered worker", Rejection.UNKNOWN_WORKER,
+         on_fresh_run(lambda k: c.WorkerExpired(k.now, STRANGER))),
+    Case("finish an unknown assignment", Rejection.UNKNOWN_ASSIGNMENT,
+         on_fresh_run(lambda k: c.GroupFinished(k.now, WorkerId("w1"), AssignmentId(f"{k.run_id}:t0/r1:g9")))),
+    Case("report an attempt never dispatched", Rejection.UNKNOWN_ATTEMPT,
+         lambda: (lambda k, p: (k, report_cmd(k, first_attempt(p), OK,
+                                              attempt_id=AttemptId(first_attempt(p)[:-1] + "7"))))(*one_group())),
+    Case("retry an unknown cell", Rejection.UNKNOWN_CELL,
+         on_fresh_run(lambda k: c.CellRetryGranted(k.now, k.run_id, CellId("t9/r1/s0")))),
+    # ownership and generations
+    Case("report with a wrong generation", Rejection.GENERATION_MISMATCH,
+         lambda: (lambda k, p: (k, report_cmd(k, first_attempt(p), OK, generation=2)))(*one_group())),
+    Case("report under another assignment id", Rejection.GENERATION_MISMATCH,
+         lambda: (lambda k, p: (k, report_cmd(k, first_attempt(p), OK,
+                                              assignment_id=AssignmentId(p.assignment_id + "x"))))(*one_group())),
+    Case("old attempt under the new assignment", Rejection.GENERATION_MISMATCH, _old_attempt_under_new_assignment),
+    Case("report on another worker's attempt", Rejection.NOT_OWNER, _other_workers_attempt),
+    Case("finish another worker's group", Rejection.NOT_OWNER, _other_workers_group),
+    Case("different content, authoritative", Rejection.CONFLICTING_REPORT, _conflict_authoritative),
+    Case("different content after selection", Rejection.CONFLICTING_REPORT, _conflict_after_selection),
+    Case("different content for a late report", Rejection.CONFLICTING_REPORT, _conflict_late),
+    # evidence
+    Case("artifact not stored", Rejection.ARTIFACT_MISSING, _report_artifact(0, stored=False)),
+    Case("invalid evidence: stored artifact of another size", Rejection.INVALID_EVIDENCE, _report_artifact(1, True)),
+    _evidence("valid verification without a score", replace(OK, score=None)),
+    _evidence("a score without valid verification",
+              make_report(verification=Verification.INVALID, score=1.0)),
+    _evidence("a NaN score", replace(OK, score=math.nan)),
+    _evidence("an infinite score", replace(OK, score=math.inf)),
+    _evidence("a score beyond the limit", replace(OK, score=SCORE_ABS_MAX * 2)),
+    _evidence("negative input tokens", replace(OK, input_tokens=-1)),
+    _evidence("negative cached tokens", replace(OK, cached_tokens=-5)),
+    _evidence("a negative cost", replace(OK, cost_usd=-0.01)),
+    _evidence("a NaN cost", replace(OK, cost_usd=math.nan)),
+    _evidence("complete usage without a cost", replace(OK, cost_usd=None)),
+    _evidence("unspecified status", replace(OK, status=Status.UNSPECIFIED)),
+    _evidence("unspecified execution", replace(OK, execution=Execution.UNSPECIFIED)),
+    _evidence("unspecified verification", replace(OK, verification=Verification.UNSPECIFIED)),
+    _evidence("unspecified usage", replace(OK, usage=Usage.UNSPECIFIED)),
+    _evidence("unspecified cleanup", replace(OK, cleanup=Cleanup.UNSPECIFIED)),
+    _evidence("a bare int for an enum", replace(OK, execution=1)),
+    _evidence("too many artifacts", replace(OK, unavailable=tuple(
+        ArtifactUnavailable(f"a{i}", "none") for i in range(ARTIFACTS_PER_REPORT_MAX + 1)))),
+    _evidence("an artifact name twice", replace(OK, artifacts=(ArtifactRef("log", DIGEST, 1),),
+                                                 unavailable=(ArtifactUnavailable("log", "gone"),))),
+    _evidence("an artifact without a name", replace(OK, artifacts=(ArtifactRef("", DIGEST, 1),))),
+    _evidence("an artifact name too long", replace(OK, artifacts=(ArtifactRef("n" * (ID_CHARS_MAX + 1), DIGEST, 1),))),
+    _evidence("a malformed digest", replace(OK, artifacts=(ArtifactRef("log", "sha256:abc", 1),))),
+    _evidence("an uppercase digest", replace(OK, artifacts=(ArtifactRef("log", DIGEST.upper(), 1),))),
+    _evidence("a negative artifact size", replace(OK, artifacts=(ArtifactRef("log", DIGEST, -1),))),
+    _evidence("unavailable without a reason", replace(OK, unavailable=(ArtifactUnavailable("log", ""),))),
+    _evidence("an environment failure reason too long",
+              make_report(Execution.NOT_STARTED, Verification.NOT_RUN, Usage.MISSING,
+                          environment_failure="x" * (ID_CHARS_MAX + 1))),
+    _contradiction("completed over unknown execution", UNKNOWN, Status.COMPLETED),
+    _contradiction("subject failed over a completed run", OK, Status.SUBJECT_FAILED),
+    _contradiction("completed over an environment failure", EVIDENCE["environment-failure"][0], Status.COMPLETED),
+    _contradiction("indeterminate over selectable evidence", OK, Status.INDETERMINATE),
+    _contradiction("infra failed over unknown cleanup", EVIDENCE["unknown-cleanup"][0], Status.INFRA_FAILED),
+    # admission
+    Case("environment differs from the required one", Rejection.ENVIRONMENT_MISMATCH, register(env=OTHER_ENV)),
+    Case("no environment identity", Rejection.ENVIRONMENT_MISMATCH, register(env="")),
+    Case("environment differs from the pinned one", Rejection.ENVIRONMENT_MISMATCH, _pinned_mismatch),
+    Case("zero slots", Rejection.CAPACITY_INVALID, register(slots=0)),
+    Case("too many slots", Rejection.CAPACITY_INVALID, register(slots=1025)),
+    Case("cpu below the reservation", Rejection.CAPACITY_INVALID,
+         register(slots=2, policy=dict(group_cpu_millis=500), cpu_millis=999)),
+    Case("memory below the reservation", Rejection.CAPACITY_INVALID,
+         register(slots=1, policy=dict(group_memory_mb=2048), memory_mb=2047)),
+    Case("an older incarnation", Rejection.INCARNATION_STALE, _stale_incarnation),
+    Case("empty worker id", Rejection.MALFORMED_FRAME, register(wid="")),
+    Case("worker id too long", Rejection.MALFORMED_FRAME, register(wid="w" * (ID_CHARS_MAX + 1))),
+    Case("artifact with a malformed digest", Rejection.MALFORMED_FRAME,
+         on_fresh_run(lambda k: c.ArtifactStored(k.now, "md5:abc", 3))),
+    Case("artifact with a negative size", Rejection.MALFORMED_FRAME,
+         on_fresh_run(lambda k: c.ArtifactStored(k.now, DIGEST, -1))),
+    # runs
+    Case("same run id, other spec", Rejection.SPEC_CONFLICT, _spec_conflict(other_spec=True)),
+    Case("same run id, other policy", Rejection.SPEC_CONFLICT, _spec_conflict(other_spec=False)),
+    Case("repair with another reason", Rejection.REPAIR_REASON_MISMATCH,
+         lambda: (lambda k: (k, c.RunRepaired(k.now, k.run_id, ENV_FAILURE + "!")))(_blocked())),
+    Case("recover a run that is not paused", Rejection.RUN_NOT_PAUSED,
+         on_fresh_run(lambda k: c.RunRecovered(k.now, k.run_id))),
+    Case("repair a run that is not blocked", Rejection.RUN_NOT_BLOCKED,
+         on_fresh_run(lambda k: c.RunRepaired(k.now, k.run_id, ENV_FAILURE))),
+    Case("retry a selected cell", Rejection.CELL_NOT_INCOMPLETE, _grant_selected),
+    Case("retry a running cell", Rejection.CELL_NOT_INCOMPLETE, _grant_running),
+    Case("retry a cell with attempts left", Rejection.CELL_NOT_INCOMPLETE, _grant_attempts_left),
+    Case("retry a cell never run", Rejection.CELL_NOT_INCOMPLETE, _grant_never_run),
+    # workers that may not act
+    Case("heartbeat from an expired worker", Rejection.WORKER_NOT_ACTIVE,
+         lambda: (lambda k: (k, c.HeartbeatReceived(k.now, WorkerId("w1"))))(_worker_in("expired"))),
+    Case("heartbeat from a gone worker", Rejection.WORKER_NOT_ACTIVE,
+         lambda: (lambda k: (k, c.HeartbeatReceived(k.now, WorkerId("w1"))))(_worker_in("gone"))),
+    Case("heartbeat before hello after a restart", Rejection.WORKER_NOT_ACTIVE,
+         lambda: (lambda k: (k, c.HeartbeatReceived(k.now, WorkerId("w1"))))(_worker_in("reconciling"))),
+    Case("drain a gone worker", Rejection.WORKER_NOT_ACTIVE,
+         lambda: (lambda k: (k, c.WorkerDrained(k.now, WorkerId("w1"))))(_worker_in("gone"))),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c_.reason.name}: {c_.id}" for c_ in CASES])
+def test_a_rejected_command_changes_nothing(case: Case):
+    k, command = case.build()
+    fingerprint = durable_fingerprint(k.state)
+    soft = copy.deepcopy(k.state.soft)
+    version = k.state.version
+    t = k.apply(command)
+    assert t.outcome.kind == OutcomeKind.REJECTED, t.outcome
+    assert t.outcome.rejection == case.reason, t.outcome
+    assert t.outcome.detail, "a rejection says what is wrong"
+    assert t.effects == ()
+    assert t.durable == ()
+    assert durable_fingerprint(k.state) == fingerprint
+    assert k.state.soft == soft
+    assert k.state.version == version
+    k.assert_replays()
+
+
+def test_ids_are_unique():
+    ids = [case.id for case in CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_the_table_covers_every_rejection_the_core_returns():
+    source = Path(machine.__file__).read_text()
+    returned = set(re.findall(r"rejected\(\s*Rejection\.([A-Z_]+)", source))
+    assert returned, "the pattern no longer finds the core's rejections"
+    covered = {case.reason.name for case in CASES}
+    assert returned - covered == set(), "rejections without a test"
+    assert covered - returned == set(), "tests for rejections the core never returns"
+
+
+def test_the_evidence_table_has_several_cases_per_evidence_rejection():
+    counts = {r: sum(1 for case in CASES if case.reason == r) for r in
+              (Rejection.INVALID_EVIDENCE, Rejection.STATUS_CONTRADICTS_EVIDENCE)}
+    assert counts[Rejection.INVALID_EVIDENCE] >= 10 and counts[Rejection.STATUS_CONTRADICTS_EVIDENCE] >= 3

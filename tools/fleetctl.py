@@ -4,6 +4,7 @@
     fleetctl ... status [RUN] [--json] | results RUN [--json] | watch [RUN]
     fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
     fleetctl ... artifact get DIGEST [-o FILE]
+    fleetctl local SPEC.json --workers N [--slots S]     (a whole fleet on this machine)
 
 Errors are one clear line on stderr and a non-zero exit (2 for usage, 1 for a refusal).
 """
@@ -128,6 +129,50 @@ def print_status(data: dict) -> None:
 
 
 def print_results(data: dict) -> None:
+    from tools.stats import fmt, paired_differences, subject_stats
+
+    print_cells(data)
+    stats = subject_stats(data["cells"])
+    print()
+    print(table([[s.subject, s.selected, s.incomplete, fmt(s.score), fmt(s.pass_rate, percent=True)] for s in stats],
+                ["subject", "selected", "incomplete", "mean score [95% CI, clustered by task]", "pass rate"]))
+    diffs = paired_differences(data["cells"])
+    if diffs:
+        print()
+        print(table([[f"{d.a} - {d.b}", d.difference.n, fmt(d.difference)] for d in diffs],
+                    ["paired difference", "pairs", "mean [95% CI]"]))
+    incomplete = [c for c in data["cells"] if c["state"] != "selected"]
+    if incomplete:
+        print("\nincomplete cells (not counted as zero):")
+        for c in incomplete:
+            print(f"  {c['cell_id']}: {c['incomplete_reason']} after {c['attempts']} attempts")
+    print_summary(data["summary"])
+
+
+def results_csv(data: dict) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    fields = ["cell_id", "task", "repetition", "subject", "state", "score", "status", "attempts", "attempt_id",
+              "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason"]
+    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for cell in data["cells"]:
+        w.writerow(cell)
+    return out.getvalue()
+
+
+def with_stats(data: dict) -> dict:
+    from tools.stats import paired_differences, subject_stats
+
+    data = dict(data)
+    data["subjects"] = [s.as_dict() for s in subject_stats(data["cells"])]
+    data["paired_differences"] = [d.as_dict() for d in paired_differences(data["cells"])]
+    return data
+
+
+def print_cells(data: dict) -> None:
     rows = []
     for cell in data["cells"]:
         if cell["state"] == "selected":
@@ -137,7 +182,9 @@ def print_results(data: dict) -> None:
         else:
             rows.append([cell["cell_id"], "-", f"incomplete: {cell['incomplete_reason']}", "", "", cell["attempts"], ""])
     print(table(rows, ["cell", "score", "status", "worker", "gen", "attempts", "cost_usd"]))
-    s = data["summary"]
+
+
+def print_summary(s: dict) -> None:
     print(f"\n{s['selected']} selected, {s['incomplete']} incomplete; run {s['state']}"
           f"{' (blocked: ' + s['blocked_reason'] + ')' if s['blocked_reason'] else ''}; observed cost "
           f"${s['observed_cost_usd']:.4f}{'' if s['usage_complete'] else ' (usage incomplete: the true cost is higher or unknown)'}"
@@ -166,9 +213,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="runs, workers, dead letters")
     p.add_argument("run", nargs="?")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("results", help="selected and incomplete cells of a run")
+    p = sub.add_parser("results", help="selected and incomplete cells of a run, with statistics")
     p.add_argument("run")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--csv", action="store_true")
+    p = sub.add_parser("local", help="run a spec on a coordinator and N workers on this machine")
+    p.add_argument("spec", type=Path)
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--slots", type=int, default=2)
+    p.add_argument("--data-dir", type=Path, help="default ./.fleet")
+    p.add_argument("--bench-root", type=Path, help="default: the spec's directory")
+    p.add_argument("--policy", type=Path, help="default: policy.json beside the spec, if any")
     for name in ("pause", "recover"):
         sub.add_parser(name).add_argument("run")
     p = sub.add_parser("repair", help="unblock a run after fixing its environment failure")
@@ -188,6 +243,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cmd == "local":
+        from tools.local import run_local
+
+        if args.workers < 1 or args.slots < 1:
+            raise CtlError("--workers and --slots must be at least 1")
+        try:
+            return run_local(args.spec, args.workers, args.slots, args.data_dir, args.bench_root, args.policy)
+        except RuntimeError as e:
+            raise CtlError(str(e)) from None
     if args.token_file is None:
         raise CtlError("--token-file is required (the coordinator's admin.token)")
     try:
@@ -219,7 +283,12 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.cmd == "results":
             data = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=args.run)))
-            print(json.dumps(data, indent=1, sort_keys=True)) if args.json else print_results(data)
+            if args.json:
+                print(json.dumps(with_stats(data), indent=1, sort_keys=True))
+            elif args.csv:
+                sys.stdout.write(results_csv(data))
+            else:
+                print_results(data)
             return 0
         if args.cmd == "pause":
             return action(admin, "PauseRun", admin_pb2.PauseRunRequest(run_id=args.run))
@@ -241,12 +310,16 @@ def run(args: argparse.Namespace) -> int:
                                       "subject": ev.subject, "detail": ev.detail}), flush=True)
             except KeyboardInterrupt:
                 pass
+            except grpc.RpcError as e:
+                raise CtlError(f"watch ended: {e.details()} ({e.code().name})") from None
             return 0
         if args.cmd == "artifact":
             out = args.output.open("wb") if args.output else sys.stdout.buffer
             try:
                 for chunk in admin.call("GetArtifact", admin_pb2.GetArtifactRequest(digest=args.digest), timeout=None):
                     out.write(chunk.data)
+            except grpc.RpcError as e:
+                raise CtlError(f"{e.details()} ({e.code().name})") from None
             finally:
                 if args.output:
                     out.close()

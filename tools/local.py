@@ -1,0 +1,242 @@
+"""`fleetctl local SPEC.json --workers N [--slots S]`: a whole fleet on this machine, one command.
+
+Starts a coordinator with an embedded data dir (default `./.fleet/`), N worker processes and
+the submission, all on 127.0.0.1 with generated tokens; shows live progress (a rich display
+on a terminal, plain lines otherwise); prints the results at the end. Exit 0 only when every
+cell has a selected result. Ctrl-C stops every process it started, by pid; running the same
+command again resumes the same run (same spec and policy give the same run id) and selected
+cells are never executed again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.fleetpb import admin_pb2
+
+POLL_S = 0.5
+PLAIN_EVERY_S = 2.0
+START_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 8
+
+
+@dataclass
+class Local:
+    spec_path: Path
+    workers: int
+    slots: int
+    data: Path
+    bench_root: Path
+    policy_path: Path | None
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    address: str = ""
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        repo = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return env
+
+    def start(self) -> None:
+        logs = self.data / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        coord_dir = self.data / "coordinator"
+        coord_dir.mkdir(parents=True, exist_ok=True)
+        addr = coord_dir / "listen.addr"
+        if addr.exists():
+            addr.unlink()
+        self._spawn("coordinator", [sys.executable, "-m", "coordinator.main", "--data-dir", str(coord_dir),
+                                    "--listen", "127.0.0.1:0"], logs / "coordinator.log")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not addr.exists():
+            if self.procs["coordinator"].poll() is not None:
+                raise RuntimeError(f"the coordinator exited; see {logs / 'coordinator.log'}:\n"
+                                   + tail(logs / "coordinator.log"))
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the coordinator did not start within {START_TIMEOUT_S}s")
+            time.sleep(0.05)
+        self.address = addr.read_text().strip()
+        for i in range(1, self.workers + 1):
+            wid = f"local-{i}"
+            state = self.data / "workers" / wid
+            state.mkdir(parents=True, exist_ok=True)
+            self._spawn(wid, [sys.executable, "-m", "worker.main", "--coordinator", self.address,
+                              "--token-file", str(coord_dir / "enroll.token"), "--worker-id", wid,
+                              "--slots", str(self.slots), "--state-dir", str(state),
+                              "--bench-root", str(self.bench_root)], logs / f"{wid}.log")
+
+    def _spawn(self, name: str, argv: list[str], log: Path) -> None:
+        out = log.open("ab")
+        self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def stop(self) -> None:
+        """Workers first (their outboxes are durable, a kill loses nothing), then the coordinator."""
+        order = [n for n in self.procs if n != "coordinator"] + (["coordinator"] if "coordinator" in self.procs else [])
+        for name in order:
+            p = self.procs[name]
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                if name != "coordinator":
+                    p.send_signal(signal.SIGTERM)  # a second signal: stop now, not after a drain
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for name in order:
+            p = self.procs[name]
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class Progress:
+    """Cells done of total, per-worker busy slots, retries, ETA."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.started = time.monotonic()
+        self.first_done: tuple[float, int] | None = None
+
+    def line(self, done: int, retries: int, incomplete: int, workers: list[dict], state: str) -> str:
+        busy = " ".join(f"{w['worker_id']}:{w['busy_slots']}/{w['slots']}" for w in workers) or "no workers yet"
+        return (f"{done}/{self.total} cells selected, {retries} retries, {incomplete} exhausted; "
+                f"{busy}; {state}; ETA {self.eta(done)}")
+
+    def eta(self, done: int) -> str:
+        now = time.monotonic()
+        if self.first_done is None:
+            if done:
+                self.first_done = (now, done)
+            return "?"
+        t0, d0 = self.first_done
+        if done <= d0 or now <= t0:
+            return "?"
+        rate = (done - d0) / (now - t0)
+        return f"{(self.total - done) / rate:.0f}s"
+
+
+def summarize_progress(results: dict) -> tuple[int, int, int]:
+    done = sum(1 for c in results["cells"] if c["state"] == "selected")
+    retries = sum(max(0, c["attempts"] - 1) for c in results["cells"])
+    exhausted = sum(1 for c in results["cells"] if c.get("incomplete_reason") == "exhausted")
+    return done, retries, exhausted
+
+
+def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, bench_root: Path | None,
+              policy_path: Path | None, *, printer: Any = None) -> int:
+    from tools.fleetctl import Admin, CtlError, print_results, results_json, status_json
+
+    spec_path = spec_path.resolve()
+    try:
+        spec_text = spec_path.read_text()
+    except OSError as e:
+        raise CtlError(f"cannot read {spec_path}: {e.strerror}") from None
+    if policy_path is None and (spec_path.parent / "policy.json").exists():
+        policy_path = spec_path.parent / "policy.json"
+    policy_text = policy_path.read_text() if policy_path else "{}"
+    local = Local(spec_path, workers, slots, (data or Path(".fleet")).resolve(),
+                  (bench_root or spec_path.parent).resolve(), policy_path)
+    interrupted = False
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        local.start()
+        admin = Admin(local.address, (local.data / "coordinator" / "admin.token").read_text().strip())
+        resp = admin.call("SubmitRun", admin_pb2.SubmitRunRequest(spec_json=spec_text, policy_json=policy_text))
+        run_id = resp.run_id
+        say = printer or (lambda text: print(text, file=sys.stderr, flush=True))
+        say(f"fleet local: run {run_id} ({'new' if resp.created else 'resumed'}) on {workers} workers x {slots} "
+            f"slots at {local.address}; data in {local.data}")
+        results = watch(admin, run_id, local, say)
+        print_results(results)
+        return 0 if results["summary"]["state"] == "complete" else 3
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\nfleet local: interrupted; stopping. Run the same command again to resume.", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        local.stop()
+        if not interrupted and local.dead():
+            pass
+
+
+def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
+    from tools.fleetctl import results_json, status_json
+
+    results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
+    progress = Progress(len(results["cells"]))
+    live = None
+    if sys.stderr.isatty():
+        try:
+            from rich.console import Console
+            from rich.live import Live
+
+            live = Live(console=Console(stderr=True), refresh_per_second=4, transient=True)
+            live.start()
+        except ImportError:
+            live = None
+    last_plain = 0.0
+    last_line = ""
+    try:
+        while True:
+            results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
+            status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
+            state = results["summary"]["state"]
+            done, retries, exhausted = summarize_progress(results)
+            line = progress.line(done, retries, exhausted, status["workers"], state)
+            if live is not None:
+                live.update(_panel(line, results, status))
+            elif line != last_line and time.monotonic() - last_plain >= PLAIN_EVERY_S or state in ("complete", "incomplete"):
+                say(line)
+                last_plain, last_line = time.monotonic(), line
+            if state in ("complete", "incomplete"):
+                return results
+            if state == "blocked":
+                say(f"fleet local: run blocked by an environment failure: {results['summary']['blocked_reason']}; "
+                    f"fix it, then: fleetctl --coordinator {local.address} --token-file "
+                    f"{local.data / 'coordinator' / 'admin.token'} repair {run_id} '<reason>'")
+            dead = local.dead()
+            if "coordinator" in dead:
+                raise RuntimeError("the coordinator exited:\n" + tail(local.data / "logs" / "coordinator.log"))
+            if len(dead) == len(local.procs) - 1:
+                name = dead[0]
+                raise RuntimeError(f"every worker exited; {name} said:\n" + tail(local.data / "logs" / f"{name}.log", 5))
+            time.sleep(POLL_S)
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def _panel(line: str, results: dict, status: dict) -> Any:
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    done, _, _ = summarize_progress(results)
+    table = Table.grid(padding=(0, 1))
+    table.add_row(ProgressBar(total=max(1, len(results["cells"])), completed=done, width=40),
+                  f"{done}/{len(results['cells'])}")
+    table.add_row("", line)
+    for w in status["workers"]:
+        table.add_row(w["worker_id"], f"{'█' * w['busy_slots']}{'·' * (w['slots'] - w['busy_slots'])} {w['status']}")
+    return table
+
+
+def as_json(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True)

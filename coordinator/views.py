@@ -62,6 +62,8 @@ def results(state: State, run_id: RunId) -> admin_pb2.GetResultsResponse | None:
             usage=pr.usage, attempts=r.attempts, artifacts=pr.artifacts, unavailable=pr.unavailable)
         if report.cost_usd is not None:
             cell.cost_usd = report.cost_usd
+        if report.started_ms:
+            cell.started_ms, cell.finished_ms = report.started_ms, report.finished_ms
         for name in ("input_tokens", "output_tokens", "cached_tokens"):
             value = getattr(report, name)
             if value is not None:

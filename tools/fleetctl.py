@@ -74,6 +74,8 @@ def results_json(resp: Any) -> dict:
             "cost_usd": cell.cost_usd if cell.HasField("cost_usd") else None,
             "usage": USAGE_NAMES.get(cell.usage) if cell.state == "selected" else None,
             "incomplete_reason": cell.incomplete_reason or None,
+            "started_ms": cell.started_ms if cell.HasField("started_ms") else None,
+            "finished_ms": cell.finished_ms if cell.HasField("finished_ms") else None,
             "artifacts": [{"name": a.name, "digest": a.digest, "size_bytes": a.size_bytes} for a in cell.artifacts],
         })
     s = resp.summary

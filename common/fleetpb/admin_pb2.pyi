@@ -127,7 +127,7 @@ class GetResultsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class CellResult(_message.Message):
-    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens")
+    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REPETITION_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,8 @@ class CellResult(_message.Message):
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     task_id: str
     repetition: int
@@ -170,7 +172,9 @@ class CellResult(_message.Message):
     input_tokens: int
     output_tokens: int
     cached_tokens: int
-    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
+    started_ms: int
+    finished_ms: int
+    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ...) -> None: ...
 
 class Summary(_message.Message):
     __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports")

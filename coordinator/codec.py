@@ -34,6 +34,9 @@ def require_id(value: str, what: str) -> str:
 
 
 def decode_report(msg: common_pb2.Report) -> Report:
+    for name in ("status", "execution", "verification", "usage", "cleanup"):
+        if getattr(msg, name) == 0:
+            raise FrameError(Rejection.MALFORMED_FRAME, f"report misses its required field {name}")
     try:
         return report_from_proto(msg)
     except LogCodecError as e:

@@ -111,6 +111,7 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
         environment_id=cmd.policy.required_environment_id,
         groups=groups, cells=cells, group_by_id=group_by_id,
         ready=list(range(len(groups))),  # ascending, hence already a heap
+        peak_slots_offered=state.slots_active,
     )
     state.version += 1
     fx.append(Emit("run_submitted", cmd.run_id, cmd.run_id,
@@ -203,8 +204,13 @@ def _reconcile(state: State, worker: WorkerState, cmd: c.WorkerRegistered, fx: F
             buffered_in[attempt.assignment_id] = None
     kept: dict = {}
     for aid in list(worker.assignments):
-        if aid in owned or aid in buffered_in:
+        if (aid in owned or aid in buffered_in) and len(kept) < cmd.slots:
             kept[aid] = None
+        elif aid in owned or aid in buffered_in:
+            # The worker came back with fewer slots than it holds groups: the newest go back.
+            _release(state, state.assignments[aid], cmd.now_ms, "more groups than the worker's new slots", fx)
+            if aid not in owned:  # owned ones get their revoke from the caller
+                fx.append(RevokeAssignment(worker.worker_id, aid, "more groups than the worker's new slots"))
         else:
             _release(state, state.assignments[aid], cmd.now_ms, "not held by the worker when it reconnected", fx)
     return kept

@@ -383,8 +383,6 @@ def test_reconnect_reconciles_what_the_worker_still_holds(owned, buffered, kept)
     k.assert_replays()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="core bug: a reconnect with fewer slots keeps more owned assignments than slots")
 def test_a_reconnect_with_fewer_slots_never_leaves_the_worker_over_its_slots():
     # The worker restarts with --slots 1 while it still runs two groups. Either answer keeps
     # the per-worker cap: refuse the hello (CAPACITY_INVALID), or keep at most one group and

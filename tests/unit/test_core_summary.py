@@ -225,8 +225,6 @@ def test_counters_follow_the_groups():
     assert s.peak_concurrent_groups == 2
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: slots_offered counts only workers that register after the run "
-                                       "was submitted")
 def test_slots_offered_counts_workers_registered_before_the_run():
     # The usual order: the coordinator starts, workers connect, then an operator submits the
     # run. `peak_slots_offered` is raised only in the WorkerRegistered handler, so a run

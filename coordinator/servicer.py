@@ -397,8 +397,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         except SpecError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"SPEC_INVALID: {e}")
             return None
-        run_id = RunId(request.run_id) if request.HasField("run_id") and request.run_id else run_id_for(
-            spec.canonical, policy.canonical())
+        run_id = run_id_for(spec.canonical, policy.canonical())
+        if request.HasField("run_id") and request.run_id and request.run_id != run_id:
+            # A run is named by what it freezes: another id would be another spec or policy.
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"SPEC_CONFLICT: run id {request.run_id} is not this spec and policy's id {run_id}")
         t: Transition = await submit(self.actor, make=lambda now: c.RunSubmitted(now, run_id, spec, policy))
         if t.outcome.rejection == Rejection.SPEC_CONFLICT:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"SPEC_CONFLICT: {t.outcome.detail}")

@@ -113,7 +113,8 @@ class Actor:
                  deliver: Callable[[Batch], None],
                  clock_ms: Callable[[], int] | None = None,
                  tick_ms: int = TICK_MS_DEFAULT,
-                 batch_max: int = COMMIT_BATCH_COMMANDS_MAX) -> None:
+                 batch_max: int = COMMIT_BATCH_COMMANDS_MAX,
+                 on_commit: Callable[[int, float], None] | None = None) -> None:
         self._store = store
         self._state = state
         self._index = index
@@ -126,6 +127,7 @@ class Actor:
         self._stopping = threading.Event()
         self._batch_max = batch_max
         self._parts: dict[str, codec.RunParts] = {}
+        self._on_commit = on_commit  # (records, seconds) of each group commit, for metrics
         self._thread = threading.Thread(target=self._main, name="fleet-actor", daemon=True)
         self._ticker = threading.Thread(target=self._tick_loop, name="fleet-ticker", daemon=True)
         self.commits = 0  # batches committed (for benchmarks and metrics)
@@ -249,9 +251,12 @@ class Actor:
                 out.completions.append((req.done, t))
         self._state = state
         if records:
+            started = time.perf_counter()
             self._store.append(records)  # durable from here on; StorageError is fail-stop
             self.commits += 1
             self.records += len(records)
+            if self._on_commit is not None:
+                self._on_commit(len(records), time.perf_counter() - started)
         for now, e in effects:
             self._route(now, e, out)
         if out.completions or out.outgoing or out.broadcast:

@@ -25,6 +25,8 @@ from coordinator.artifacts import ArtifactStore
 from coordinator.auth import TokenBook, ensure_token_file, read_token_file
 from coordinator.core import commands as c
 from coordinator.errors import StorageError, exit_code_for, fail_stop_line
+from coordinator.metrics import SAMPLE_EVERY_S, Metrics
+from coordinator.metrics import sample as sample_metrics
 from coordinator.servicer import AdminServicer, CoordinatorServicer, Hub
 from coordinator.store import Store
 
@@ -45,6 +47,7 @@ class Config:
     snapshot_every: int
     tick_ms: int
     log_level: str
+    metrics_listen: str = ""
 
 
 def grpc_options() -> list[tuple[str, int]]:
@@ -84,13 +87,14 @@ def parse_args(argv: list[str] | None) -> Config:
     ap.add_argument("--snapshot-every", type=int, default=limits.SNAPSHOT_EVERY_RECORDS, help="records between snapshots")
     ap.add_argument("--tick-ms", type=int, default=TICK_MS_DEFAULT, help="liveness and deadline check interval")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    ap.add_argument("--metrics-listen", default="", help="HOST:PORT for a Prometheus endpoint (off when empty)")
     a = ap.parse_args(argv)
     if bool(a.tls_cert) != bool(a.tls_key):
         ap.error("--tls-cert and --tls-key go together")
     if not a.tls_cert and not a.insecure and not is_loopback(a.listen):
         ap.error(f"refusing plaintext on {a.listen}: give --tls-cert/--tls-key, or --insecure to accept the risk")
     return Config(a.data_dir, a.listen, a.admin_token_file, a.enroll_token_file, a.tls_cert, a.tls_key, a.insecure,
-                  a.map_size_mb, a.snapshot_every, a.tick_ms, a.log_level)
+                  a.map_size_mb, a.snapshot_every, a.tick_ms, a.log_level, a.metrics_listen)
 
 
 def setup_logging(level: str) -> None:
@@ -127,8 +131,15 @@ async def serve(cfg: Config, store: Store) -> int:
     if swept:
         log.info("artifact_tmp_swept", files=len(swept))
     hub = Hub()
+    metrics = Metrics()
+    hub.on_event.append(lambda e, _at: metrics.event(e.event, e.detail))
+
+    def on_commit(records: int, seconds: float) -> None:
+        metrics.commit_batch.observe(records)
+        metrics.commit_latency.observe(seconds)
+
     actor = Actor(store, state, index, deliver=lambda batch: loop.call_soon_threadsafe(hub.on_batch, batch),
-                  tick_ms=cfg.tick_ms)
+                  tick_ms=cfg.tick_ms, on_commit=on_commit)
     actor.start()
     actor.submit(Request(make=lambda now: c.CoordinatorRecovered(now)))
 
@@ -138,7 +149,7 @@ async def serve(cfg: Config, store: Store) -> int:
     server = grpc.aio.server(options=grpc_options())
     incarnation = time.time_ns() // 1_000_000
     coordinator_pb2_grpc.add_CoordinatorServicer_to_server(
-        CoordinatorServicer(actor, hub, tokens, artifacts, incarnation), server)
+        CoordinatorServicer(actor, hub, tokens, artifacts, incarnation, metrics), server)
     admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(actor, hub, tokens, artifacts), server)
     health_servicer = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -164,6 +175,12 @@ async def serve(cfg: Config, store: Store) -> int:
              admin_token_file=str(cfg.admin_token_file or cfg.data_dir / "admin.token"),
              enroll_token_file=str(cfg.enroll_token_file or cfg.data_dir / "enroll.token"))
 
+    sampler = None
+    if cfg.metrics_listen:
+        metrics_port = metrics.serve(cfg.metrics_listen)
+        log.info("metrics_listening", address=f"{cfg.metrics_listen.rpartition(':')[0]}:{metrics_port}")
+        sampler = asyncio.create_task(_sample_metrics(actor, hub, metrics))
+
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -172,10 +189,22 @@ async def serve(cfg: Config, store: Store) -> int:
     log.info("shutting_down")
     for name in names[:2] + ("",):
         await _set_health(health_servicer, name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    if sampler is not None:
+        sampler.cancel()
     await server.stop(SHUTDOWN_GRACE_S)
     await asyncio.to_thread(actor.stop)
     log.info("stopped", last_index=store.last_index)
     return 0
+
+
+async def _sample_metrics(actor: Actor, hub: Hub, metrics: Metrics) -> None:
+    """Refresh the state gauges from a read-only query on the actor thread."""
+    from coordinator.servicer import submit
+
+    while True:
+        s = await submit(actor, query=sample_metrics)
+        metrics.apply(s, len(hub.sessions))
+        await asyncio.sleep(SAMPLE_EVERY_S)
 
 
 async def _set_health(servicer: object, name: str, status: int) -> None:

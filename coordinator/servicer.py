@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +31,9 @@ from coordinator.artifacts import ArtifactStore, UploadRejected
 from coordinator.auth import AuthError, TokenBook, bearer
 from coordinator.codec import FrameError
 from coordinator.core import commands as c
-from coordinator.core.effects import Emit, Outcome, OutcomeKind, Transition, rejected
+from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected
 from coordinator.errors import ArtifactCorrupt, StorageError, fail_stop
+from coordinator.metrics import Metrics
 
 log = structlog.get_logger("fleet.servicer")
 HELLO_TIMEOUT_S = 30
@@ -166,9 +168,15 @@ def upload_key(worker_id: str, digest: str) -> str:
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, actor: Actor, hub: Hub, tokens: TokenBook, artifacts: ArtifactStore,
-                 coordinator_incarnation: int) -> None:
+                 coordinator_incarnation: int, metrics: Metrics | None = None) -> None:
         self.actor, self.hub, self.tokens, self.artifacts = actor, hub, tokens, artifacts
         self.incarnation = coordinator_incarnation
+        self.metrics = metrics or Metrics()
+
+    def _ack(self, session: Session, seq: int, outcome: Outcome, **kw: Any) -> None:
+        if outcome.kind == OutcomeKind.REJECTED:
+            self.metrics.rejections.labels(outcome.rejection.name).inc()
+        session.send(codec.ack_frame(seq, outcome, **kw))
 
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         token, claimed = bearer(context.invocation_metadata())
@@ -260,14 +268,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 if frame is grpc.aio.EOF:
                     break
                 if frame.seq != session.expected_seq:
-                    session.send(codec.ack_frame(frame.seq, rejected(
-                        Rejection.OUT_OF_ORDER, f"seq {frame.seq} is not the expected {session.expected_seq}")))
+                    self._ack(session, frame.seq, rejected(
+                        Rejection.OUT_OF_ORDER, f"seq {frame.seq} is not the expected {session.expected_seq}"))
                     continue
                 session.expected_seq += 1
                 try:
                     await self._handle(session, frame)
                 except FrameError as e:
-                    session.send(codec.ack_frame(frame.seq, rejected(e.rejection, e.detail)))
+                    self._ack(session, frame.seq, rejected(e.rejection, e.detail))
         finally:
             session.cut_reason = session.cut_reason or "stream ended"
             try:
@@ -294,7 +302,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
             generation = r.generation
             self._ack_after(session, seq, lambda now: c.CellReported(now, wid, attempt_id, assignment_id,
-                                                                     generation, report))
+                                                                     generation, report), refill=True)
         elif kind == "upload_chunk":
             await self._upload(session, seq, frame.upload_chunk)
         elif kind == "group_finished":
@@ -315,14 +323,18 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         else:
             raise FrameError(Rejection.MALFORMED_FRAME, f"frame without a known body ({kind})")
 
-    def _ack_after(self, session: Session, seq: int, make: Callable[[int], object], **ack: Any) -> None:
+    def _ack_after(self, session: Session, seq: int, make: Callable[[int], object], *, refill: bool = False) -> None:
+        received = time.perf_counter()
+
         def done(t: Transition) -> None:
-            session.send(codec.ack_frame(seq, t.outcome, **ack))
+            self._ack(session, seq, t.outcome)
+            if refill and any(isinstance(e, PushAssignment) and e.worker_id == session.worker_id for e in t.effects):
+                self.metrics.slot_refill.observe(time.perf_counter() - received)
 
         try:
             self.actor.submit(Request(make=make, done=done))
         except Overloaded:
-            session.send(codec.ack_frame(seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend")))
+            self._ack(session, seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"))
 
     async def _upload(self, session: Session, seq: int, u: Any) -> None:
         digest = Digest(codec.require_digest(u.digest))
@@ -357,7 +369,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 return
         except UploadRejected as e:
             committed = await asyncio.to_thread(self._committed_offset, session.worker_id, digest)
-            session.send(codec.ack_frame(seq, rejected(e.reason, e.detail), committed_offset=committed, digest=digest))
+            self._ack(session, seq, rejected(e.reason, e.detail), committed_offset=committed, digest=digest)
             return
         except StorageError as e:
             fail_stop(e)
@@ -365,9 +377,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     def _stored(self, session: Session, seq: int, digest: Digest, size: int, *, duplicate: bool) -> None:
         """The bytes are durable; only now may the core learn of the digest."""
+        if not duplicate:
+            self.metrics.artifact_bytes.inc(size)
+
         def done(t: Transition) -> None:
             outcome = t.outcome if not duplicate or t.outcome.kind != OutcomeKind.ACCEPTED else Outcome(OutcomeKind.DUPLICATE)
-            session.send(codec.ack_frame(seq, outcome, committed_offset=size, digest=digest))
+            self._ack(session, seq, outcome, committed_offset=size, digest=digest)
 
         try:
             self.actor.submit(Request(make=lambda now: c.ArtifactStored(now, digest, size), done=done))

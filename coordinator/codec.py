@@ -14,7 +14,7 @@ from common.ids import is_digest
 from common.limits import ID_CHARS_MAX
 from common.rejections import Rejection
 from common.spec import ExperimentSpec, canonical_json
-from coordinator.core.effects import NotifyRunState, Outcome, OutcomeKind, PushAssignment, RevokeAssignment
+from coordinator.core.effects import NotifyRunState, Outcome, OutcomeKind, PushAssignment, RequestDrain, RevokeAssignment
 from coordinator.logcodec import LogCodecError, report_from_proto
 
 PROTOCOL_VERSION = 1
@@ -89,6 +89,10 @@ def push_frame(push: PushAssignment, parts: RunParts, now_ms: int) -> coordinato
 def revoke_frame(revoke: RevokeAssignment) -> coordinator_pb2.CoordinatorFrame:
     return coordinator_pb2.CoordinatorFrame(revoke=coordinator_pb2.Revoke(
         assignment_id=revoke.assignment_id, reason=revoke.reason))
+
+
+def drain_frame(request: RequestDrain) -> coordinator_pb2.CoordinatorFrame:
+    return coordinator_pb2.CoordinatorFrame(drain=coordinator_pb2.DrainRequest(reason=request.reason))
 
 
 def run_state_frame(notice: NotifyRunState) -> coordinator_pb2.CoordinatorFrame:

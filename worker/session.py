@@ -633,6 +633,9 @@ class WorkerSession:
             elif kind == "run_state":
                 rs = frame.run_state
                 self._log.info("run state", run=rs.run_id, paused=rs.paused, blocked_reason=rs.blocked_reason)
+            elif kind == "drain":
+                self._log.info("drain requested by the coordinator", reason=frame.drain.reason)
+                self.drain()
             elif kind == "upload_status":
                 self._log.debug("upload status", digest=frame.upload_status.digest,
                                 committed_offset=frame.upload_status.committed_offset)

@@ -31,20 +31,22 @@ class WorkerFrame(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., cell_report: _Optional[_Union[CellReport, _Mapping]] = ..., upload_chunk: _Optional[_Union[UploadChunk, _Mapping]] = ..., group_finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., drain_notice: _Optional[_Union[DrainNotice, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
 
 class CoordinatorFrame(_message.Message):
-    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status")
+    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     RUN_STATE_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_STATUS_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     assignment: AssignmentPush
     revoke: Revoke
     ack: Ack
     run_state: RunStateNotice
     upload_status: UploadStatus
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ...) -> None: ...
+    drain: DrainRequest
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ..., drain: _Optional[_Union[DrainRequest, _Mapping]] = ...) -> None: ...
 
 class EnvironmentComponent(_message.Message):
     __slots__ = ("key", "value")
@@ -253,6 +255,12 @@ class RunStateNotice(_message.Message):
     paused: bool
     blocked_reason: str
     def __init__(self, run_id: _Optional[str] = ..., paused: _Optional[bool] = ..., blocked_reason: _Optional[str] = ...) -> None: ...
+
+class DrainRequest(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class UploadStatus(_message.Message):
     __slots__ = ("digest", "committed_offset", "complete")

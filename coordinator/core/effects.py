@@ -70,6 +70,14 @@ class RevokeAssignment:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestDrain:
+    """Ask a worker to drain itself and exit (an operator's `fleetctl drain`)."""
+
+    worker_id: WorkerId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class NotifyRunState:
     """Tell every connected worker that a run's dispatch is paused, blocked or resumed."""
 
@@ -89,7 +97,7 @@ class Emit:
     detail: str = ""
 
 
-Effect = PushAssignment | RevokeAssignment | NotifyRunState | Emit
+Effect = PushAssignment | RevokeAssignment | RequestDrain | NotifyRunState | Emit
 
 
 @dataclass(frozen=True, slots=True)

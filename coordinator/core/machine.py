@@ -38,6 +38,7 @@ from coordinator.core.effects import (
     NotifyRunState,
     Outcome,
     PushAssignment,
+    RequestDrain,
     RevokeAssignment,
     Transition,
     rejected,
@@ -393,6 +394,7 @@ def _worker_drained(state: State, cmd: c.WorkerDrained, fx: Fx) -> Outcome:
     worker.draining = True
     state.version += 1
     _refresh_free(state, worker)
+    fx.append(RequestDrain(worker.worker_id, "drained by an operator"))
     fx.append(Emit("worker_draining", None, worker.worker_id))
     return ACCEPTED
 

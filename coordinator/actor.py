@@ -72,6 +72,11 @@ class Batch:
 
 
 def recover(store: Store) -> tuple[State, int]:
+    state, index, _ = recover_with_time(store)
+    return state, index
+
+
+def recover_with_time(store: Store) -> tuple[State, int, int]:
     """Fold the newest valid snapshot and every record after it; refuse what cannot be verified."""
     rec = store.load()
     for warning in rec.warnings:
@@ -85,6 +90,7 @@ def recover(store: Store) -> tuple[State, int]:
     else:
         index, state = 0, new_state()
     replayed = 0
+    last_now = 0
     for position, data in rec.records:
         try:
             record_index, cmd = decode_record(data)
@@ -99,9 +105,10 @@ def recover(store: Store) -> tuple[State, int]:
                                store_path(store), index=position)
         index = position
         replayed += 1
+        last_now = max(last_now, cmd.now_ms)
     log.info("recovered", snapshot_index=rec.snapshot[0] if rec.snapshot else 0, replayed=replayed,
              last_index=index, runs=len(state.runs), workers=len(state.workers))
-    return state, index
+    return state, index, last_now
 
 
 def store_path(store: Store) -> str:
@@ -114,13 +121,14 @@ class Actor:
                  clock_ms: Callable[[], int] | None = None,
                  tick_ms: int = TICK_MS_DEFAULT,
                  batch_max: int = COMMIT_BATCH_COMMANDS_MAX,
-                 on_commit: Callable[[int, float], None] | None = None) -> None:
+                 on_commit: Callable[[int, float], None] | None = None,
+                 last_now_ms: int = 0) -> None:
         self._store = store
         self._state = state
         self._index = index
         self._deliver = deliver
         self._clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
-        self._last_now = 0
+        self._last_now = last_now_ms  # time in the log never goes backwards, across restarts too
         self._queue: queue.Queue[Request | None] = queue.Queue(maxsize=ACTOR_QUEUE_COMMANDS_MAX)
         self._tick_ms = tick_ms
         self._tick_pending = threading.Event()
@@ -192,8 +200,6 @@ class Actor:
             os._exit(70)
 
     def _serve(self) -> None:
-        if self._last_now == 0 and self._state.runs:
-            pass
         while True:
             first = self._queue.get()
             if first is None:
@@ -222,9 +228,9 @@ class Actor:
                 rest.append(nxt)
         if rest:
             self._apply(rest)
-        if self._index:
-            self._store.write_snapshot(self._index, encode_state(self._state)) if (
-                not self._store.snapshot_indexes or self._store.snapshot_indexes[-1] < self._index) else None
+        newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
+        if self._index > newest:
+            self._store.write_snapshot(self._index, encode_state(self._state))  # a fast next start
         log.info("actor_stopped", last_index=self._index)
 
     def _apply(self, requests: list[Request]) -> None:

@@ -20,7 +20,7 @@ import structlog
 
 from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
-from coordinator.actor import TICK_MS_DEFAULT, Actor, Request, recover
+from coordinator.actor import TICK_MS_DEFAULT, Actor, Request, recover_with_time
 from coordinator.artifacts import ArtifactStore
 from coordinator.auth import TokenBook, ensure_token_file, read_token_file
 from coordinator.core import commands as c
@@ -123,7 +123,7 @@ def load_tokens(cfg: Config) -> tuple[str, str]:
 
 async def serve(cfg: Config, store: Store) -> int:
     loop = asyncio.get_running_loop()
-    state, index = recover(store)
+    state, index, last_now_ms = recover_with_time(store)
     admin_token, enroll_token = load_tokens(cfg)
     tokens = TokenBook(cfg.data_dir, admin_token, enroll_token)
     artifacts = ArtifactStore(cfg.data_dir / "artifacts")
@@ -139,7 +139,7 @@ async def serve(cfg: Config, store: Store) -> int:
         metrics.commit_latency.observe(seconds)
 
     actor = Actor(store, state, index, deliver=lambda batch: loop.call_soon_threadsafe(hub.on_batch, batch),
-                  tick_ms=cfg.tick_ms, on_commit=on_commit)
+                  tick_ms=cfg.tick_ms, on_commit=on_commit, last_now_ms=last_now_ms)
     actor.start()
     actor.submit(Request(make=lambda now: c.CoordinatorRecovered(now)))
 

@@ -28,7 +28,7 @@ from common.spec import SpecError, parse_spec_text
 from coordinator import codec, views
 from coordinator.actor import Actor, Batch, Overloaded, Request
 from coordinator.artifacts import ArtifactStore, UploadRejected
-from coordinator.auth import AuthError, TokenBook, bearer
+from coordinator.auth import AuthError, TokenBook, bearer, certificate_identity_problem
 from coordinator.codec import FrameError
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected
@@ -40,6 +40,10 @@ HELLO_TIMEOUT_S = 30
 WATCH_QUEUE_EVENTS_MAX = 1_000
 DEAD_LETTERS_KEPT_MAX = 10_000
 SUBMIT_RETRY_S = 0.002
+
+
+class _SessionCut(Exception):
+    pass
 
 
 @dataclass(eq=False)
@@ -168,10 +172,12 @@ def upload_key(worker_id: str, digest: str) -> str:
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def __init__(self, actor: Actor, hub: Hub, tokens: TokenBook, artifacts: ArtifactStore,
-                 coordinator_incarnation: int, metrics: Metrics | None = None) -> None:
+                 coordinator_incarnation: int, metrics: Metrics | None = None, *,
+                 client_identity: bool = False) -> None:
         self.actor, self.hub, self.tokens, self.artifacts = actor, hub, tokens, artifacts
         self.incarnation = coordinator_incarnation
         self.metrics = metrics or Metrics()
+        self.client_identity = client_identity  # mTLS: the certificate must name the claimed worker
 
     def _ack(self, session: Session, seq: int, outcome: Outcome, **kw: Any) -> None:
         if outcome.kind == OutcomeKind.REJECTED:
@@ -180,6 +186,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         token, claimed = bearer(context.invocation_metadata())
+        if self.client_identity:
+            problem = certificate_identity_problem(context.auth_context(), claimed)
+            if problem:
+                log.warning("session_refused", worker_id=claimed, reason=problem)
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{Rejection.IDENTITY_MISMATCH.name}: {problem}")
+                return
         try:
             grant = self.tokens.open_session(token, claimed)
         except AuthError as e:
@@ -204,14 +216,16 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             return
         wid = WorkerId(grant.worker_id)
         session = Session(wid, context)
-        self.hub.attach(session)
         try:
             await self._register(session, grant.new_credential, hello, context)
             if session.cut_reason:
                 return
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._writer(session, context))
-                tg.create_task(self._reader(session, context))
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(self._writer(session, context))
+                    tg.create_task(self._reader(session, context))
+            except* _SessionCut:
+                pass  # cut on purpose: replaced, too slow, or the worker must register again
         finally:
             if self.hub.detach(session):
                 try:
@@ -224,11 +238,21 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         wid = session.worker_id
         cmd_owned = tuple(AssignmentId(a) for a in hello.owned_assignment_ids)
         cmd_buffered = tuple(AttemptId(a) for a in hello.buffered_attempt_ids)
-        t: Transition = await submit(self.actor, make=lambda now: c.WorkerRegistered(
+        loop = asyncio.get_running_loop()
+        registered: asyncio.Future = loop.create_future()
+
+        def done(t: Transition) -> None:
+            # Attach before this batch's pushes are routed (completions run first), and only
+            # when accepted: a refused hello must not cut the worker's live session.
+            if t.outcome.ok:
+                self.hub.attach(session)
+            registered.set_result(t)
+
+        await _put(self.actor, Request(make=lambda now: c.WorkerRegistered(
             now, wid, hello.incarnation, hello.slots, hello.environment_id, hello.cpu_millis, hello.memory_mb,
-            owned=cmd_owned, buffered=cmd_buffered))
+            owned=cmd_owned, buffered=cmd_buffered), done=done))
+        t: Transition = await registered
         if not t.outcome.ok:
-            self.hub.detach(session)
             session.cut(f"registration refused: {t.outcome.rejection.name}")
             log.warning("worker_refused", worker_id=wid, rejection=t.outcome.rejection.name, detail=t.outcome.detail)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{t.outcome.rejection.name}: {t.outcome.detail}")
@@ -258,7 +282,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         while True:
             frame = await session.queue.get()
             if frame is None:
-                raise asyncio.CancelledError  # cut: end the whole session
+                raise _SessionCut(session.cut_reason)  # ends the reader too, through the task group
             await context.write(frame)
 
     async def _reader(self, session: Session, context: Any) -> None:
@@ -415,8 +439,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         run_id = run_id_for(spec.canonical, policy.canonical())
         if request.HasField("run_id") and request.run_id and request.run_id != run_id:
             # A run is named by what it freezes: another id would be another spec or policy.
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"SPEC_CONFLICT: run id {request.run_id} is not this spec and policy's id {run_id}")
+            given = request.run_id
+            exists = await submit(self.actor, query=lambda s: given in s.runs)
+            code = grpc.StatusCode.ALREADY_EXISTS if exists else grpc.StatusCode.INVALID_ARGUMENT
+            what = "is frozen with another spec or policy" if exists else "is not this spec and policy's id"
+            await context.abort(code, f"SPEC_CONFLICT: run id {given} {what} ({run_id})")
         t: Transition = await submit(self.actor, make=lambda now: c.RunSubmitted(now, run_id, spec, policy))
         if t.outcome.rejection == Rejection.SPEC_CONFLICT:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"SPEC_CONFLICT: {t.outcome.detail}")

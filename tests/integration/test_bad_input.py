@@ -559,10 +559,6 @@ def test_stale_incarnation_is_refused(cluster, sessions):
     assert_serves(cluster, sessions, run_id)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "coordinator/servicer.py CoordinatorServicer.Session calls self.hub.attach(session) before "
-    "_register; Hub.attach cuts the worker's live session ('replaced by a newer session'), so a refused "
-    "registration (an older incarnation, a bad capacity) still ends the newer process's stream"))
 @pytest.mark.parametrize("hello_kw, name", [
     pytest.param({"incarnation": 4}, "INCARNATION_STALE", id="stale-incarnation"),
     pytest.param({"incarnation": 6, "slots": 0}, "CAPACITY_INVALID", id="bad-capacity"),
@@ -577,11 +573,6 @@ def test_refused_registration_leaves_the_live_session_alone(cluster, sessions, h
     assert_serves(cluster, sessions, run_id)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "coordinator/servicer.py CoordinatorServicer._writer ends a cut session by raising "
-    "asyncio.CancelledError inside the asyncio.TaskGroup, but a TaskGroup ignores a child that ends "
-    "cancelled, so _reader stays blocked in context.read(): the cut stream stays open until the worker "
-    "sends another frame, which is then applied and never acknowledged"))
 def test_replaced_session_ends_promptly(cluster, sessions):
     run_id = submit(cluster)
     old = worker(cluster, sessions, "w-a", incarnation=5)
@@ -665,11 +656,6 @@ def test_a_different_spec_under_an_existing_run_id_is_spec_conflict(cluster, ses
     assert_serves(cluster, sessions, run_id)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "coordinator/servicer.py AdminServicer.SubmitRun (since 8f05a40) aborts INVALID_ARGUMENT as soon as an "
-    "explicit run_id differs from the derived id, before it looks for a run frozen under that id, so a run id "
-    "that exists with another spec or policy is INVALID_ARGUMENT, never ALREADY_EXISTS; the ALREADY_EXISTS "
-    "branch after RunSubmitted is unreachable"))
 @pytest.mark.parametrize("change", ["spec", "policy"])
 def test_a_different_spec_under_an_existing_run_id_is_already_exists(cluster, change):
     _, err = conflicting_submit(cluster, change)

@@ -4,6 +4,7 @@
     fleetctl ... status [RUN] [--json] | results RUN [--json] | watch [RUN]
     fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
     fleetctl ... artifact get DIGEST [-o FILE]
+    fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)
     fleetctl local SPEC.json --workers N [--slots S]     (a whole fleet on this machine)
 
 Errors are one clear line on stderr and a non-zero exit (2 for usage, 1 for a refusal).
@@ -237,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("drain", help="give a worker no new work").add_argument("worker")
     p = sub.add_parser("watch", help="live events")
     p.add_argument("run", nargs="?")
+    p = sub.add_parser("report", help="one self-contained HTML page: timeline per worker slot, scores, cost")
+    p.add_argument("run")
+    p.add_argument("--html", type=Path, required=True, help="the page to write")
+    p.add_argument("--attempts", type=Path, help="optional JSON list of further attempts (retried, late) to draw")
     p = sub.add_parser("artifact", help="artifacts by digest")
     p.add_argument("verb", choices=["get"])
     p.add_argument("digest")
@@ -250,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
         if args.workers < 1 or args.slots < 1:
             raise CtlError("--workers and --slots must be at least 1")
+        from tools.compat import local_args  # a single-host evaluator spec runs as its fleet conversion
+
+        args.spec, args.bench_root, args.policy = local_args(args.spec, args.data_dir, args.bench_root, args.policy)
         try:
             return run_local(args.spec, args.workers, args.slots, args.data_dir, args.bench_root, args.policy)
         except RuntimeError as e:
@@ -268,6 +276,9 @@ def run(args: argparse.Namespace) -> int:
                 policy_text = args.policy.read_text() if args.policy else "{}"
             except OSError as e:
                 raise CtlError(f"cannot read {e.filename}: {e.strerror}") from None
+            from tools.compat import spec_text_for_fleetctl  # a single-host evaluator spec: its fleet conversion
+
+            spec_text = spec_text_for_fleetctl(spec_text, args.spec)
             req = admin_pb2.SubmitRunRequest(spec_json=spec_text, policy_json=policy_text)
             if args.run_id:
                 req.run_id = args.run_id
@@ -315,6 +326,10 @@ def run(args: argparse.Namespace) -> int:
             except grpc.RpcError as e:
                 raise CtlError(f"watch ended: {e.details()} ({e.code().name})") from None
             return 0
+        if args.cmd == "report":
+            from tools.report import main_report
+
+            return main_report(admin, args)
         if args.cmd == "artifact":
             out = args.output.open("wb") if args.output else sys.stdout.buffer
             try:

@@ -90,6 +90,14 @@ def registered(cluster: Cluster, worker_id: str, *, incarnation: int = 1, timeou
                          + cluster.tails())
 
 
+def wait_for(predicate, what: str, cluster: Cluster, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{cluster.tails()}")
+        time.sleep(0.05)
+
+
 def log_events(proc: Proc) -> list[dict]:
     out = []
     for line in proc.log_path.read_text(errors="replace").splitlines():
@@ -157,15 +165,16 @@ def test_node_worker_survives_coordinator_kills_and_its_own_restart(cluster: Clu
     start_node_worker(cluster, "node-r", slots=2)
     registered(cluster, "node-r")
     run_id = cluster.submit(intbench_spec(16, ("good", "medium"), cap=4))
-    for _ in range(2):
-        time.sleep(1.0)
+    proc = cluster.workers["node-r"]
+    for sessions in (2, 3):
+        time.sleep(0.8)
         cluster.coordinator.kill9()
         cluster.start_coordinator()
+        wait_for(lambda: sum(e["event"] == "session open" for e in log_events(proc)) >= sessions,
+                 f"the node worker to reconnect (session {sessions})", cluster)
     results = cluster.wait_settled(run_id, 120)
     check_expected(results, 32)
     assert {c["worker_id"] for c in results["cells"]} == {"node-r"}
-    proc = cluster.workers["node-r"]
-    assert sum(e["event"] == "session open" for e in log_events(proc)) >= 3, proc.tail()
 
     # A restart counts a new incarnation and presents the saved credential: the enrollment
     # token alone would be refused for an enrolled worker id.

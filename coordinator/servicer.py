@@ -470,6 +470,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
         return out
 
+    async def ListAttempts(self, request: Any, context: Any) -> Any:
+        await self._auth(context)
+        run_id = RunId(request.run_id)
+        out = await submit(self.actor, query=lambda s: views.attempts(s, run_id))
+        if out is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
+        return out
+
     async def _action(self, context: Any, make: Callable[[int], object]) -> Any:
         await self._auth(context)
         t: Transition = await submit(self.actor, make=make)

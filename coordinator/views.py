@@ -73,13 +73,48 @@ def results(state: State, run_id: RunId) -> admin_pb2.GetResultsResponse | None:
         out.cells.append(admin_pb2.CellResult(
             cell_id=i.cell_id, task_id=i.task_id, repetition=i.repetition, subject_id=i.subject_id,
             state="incomplete", incomplete_reason=i.reason, attempts=i.attempts,
-            status=common_pb2.STATUS_UNSPECIFIED))
+            status=common_pb2.STATUS_UNSPECIFIED, incomplete_detail=i.detail))
     out.summary.CopyFrom(admin_pb2.Summary(
         selected=len(s.selected), incomplete=len(s.incomplete), observed_cost_usd=s.observed_cost_usd,
         usage_complete=s.usage_complete, state=RUN_STATES[s.state], blocked_reason=s.blocked_reason,
         peak_concurrent_groups=s.peak_concurrent_groups, slots_offered=s.slots_offered,
-        late_reports=s.late_reports))
+        late_reports=s.late_reports, selected_cost_usd=s.selected_cost_usd))
     return out
+
+
+def attempts(state: State, run_id: RunId) -> admin_pb2.ListAttemptsResponse | None:
+    run = state.runs.get(run_id)
+    if run is None:
+        return None
+    records = []
+    for cell in run.cells.values():
+        task_id, repetition = run.spec.group_key(cell.group_index)
+        for tid in cell.attempts:
+            t = state.attempts[tid]
+            r = t.report
+            if cell.selected == tid:
+                kind = "selected"
+            elif r is not None:
+                kind = "late" if t.late else "retried"
+            else:
+                kind = "lost" if t.lost else "pending"
+            rec = admin_pb2.AttemptRecord(
+                attempt_id=tid, cell_id=cell.cell_id, task_id=task_id, repetition=repetition,
+                subject_id=cell.subject_id, worker_id=t.worker_id, assignment_id=t.assignment_id,
+                generation=t.generation, dispatch_order=t.dispatch_order, kind=kind, dispatched_ms=t.dispatched_ms)
+            if r is not None:
+                rec.status = int(r.status)
+                rec.usage = int(r.usage)
+                rec.detail = r.detail
+                if r.started_ms:
+                    rec.started_ms, rec.finished_ms = r.started_ms, r.finished_ms
+                if r.score is not None:
+                    rec.score = r.score
+                if r.cost_usd is not None:
+                    rec.cost_usd = r.cost_usd
+            records.append(rec)
+    records.sort(key=lambda rec: rec.dispatch_order)
+    return admin_pb2.ListAttemptsResponse(attempts=records)
 
 
 def attempt_owner(state: State, attempt_id: str) -> str | None:

@@ -128,6 +128,26 @@ def load_attempts(path: Path) -> list[dict]:
     return out
 
 
+def attempts_from_records(records: Iterable[Any]) -> list[dict]:
+    """Timeline entries from the admin API's `ListAttempts` (pending attempts are not drawn)."""
+    from tools.fleetctl import STATUS_NAMES
+
+    out = []
+    for r in records:
+        if r.kind not in KINDS:
+            continue
+        out.append({
+            "kind": r.kind, "worker_id": r.worker_id, "assignment_id": r.assignment_id, "task": r.task_id,
+            "repetition": r.repetition, "subject": r.subject_id, "cell_id": r.cell_id, "attempt_id": r.attempt_id,
+            "generation": r.generation, "dispatch_order": r.dispatch_order, "attempts": None,
+            "started_ms": r.started_ms if r.HasField("started_ms") else None,
+            "finished_ms": r.finished_ms if r.HasField("finished_ms") else None,
+            "score": r.score if r.HasField("score") else None,
+            "status": STATUS_NAMES.get(r.status) if r.status else None,
+        })
+    return out
+
+
 def _split_cell_id(cell_id: str) -> tuple[str, int | None, str]:
     """`task/rN/subject` as common.ids.cell_id_for writes it; unknown parts stay empty."""
     parts = cell_id.split("/")
@@ -474,7 +494,7 @@ def _legend() -> str:
     items = [("pass", "score 1"), ("partial", "0 &lt; score &lt; 1"), ("zero", "score 0"),
              ("had-retries-key", "cell needed more than one attempt"),
              ("redispatch-key", "redispatched group (generation &gt; 1)"),
-             ("retried", "retried attempt (--attempts)"), ("late", "late report (--attempts)"),
+             ("retried", "retried attempt"), ("late", "late report"),
              ("idle-key", "idle slot")]
     return ('<ul class="legend">' + "".join(f'<li><span class="swatch {cls}"></span>{text}</li>' for cls, text in items)
             + "</ul>")
@@ -695,7 +715,7 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
              + f', {summary.get("slots_offered", 0)} slots offered</dd>'
              + (f'<dt>extra evidence</dt><dd id="extra-attempts" data-retried="{extra["retried"]}" '
                 f'data-late="{extra["late"]}" data-lost="{extra["lost"]}">{extra["retried"]} retried, '
-                f'{extra["late"]} late, {extra["lost"]} lost attempts from --attempts</dd>'
+                f'{extra["late"]} late, {extra["lost"]} lost attempts (not selected)</dd>'
                 if any(extra.values()) else "")
              + "</dl>")
     title = f"fleet report {run_id}".strip()
@@ -745,6 +765,11 @@ def main_report(admin: Any, args: Any) -> int:
     results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=args.run)))
     status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=args.run)))
     timeline = timeline_from_results(results)
+    try:
+        listed = admin.call("ListAttempts", admin_pb2.ListAttemptsRequest(run_id=args.run))
+        timeline = merge_timeline(timeline, attempts_from_records(listed.attempts))
+    except CtlError:
+        pass  # an older coordinator without ListAttempts: the selected attempts only
     if getattr(args, "attempts", None):
         try:
             timeline = merge_timeline(timeline, load_attempts(args.attempts))

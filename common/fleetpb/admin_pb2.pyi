@@ -127,7 +127,7 @@ class GetResultsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class CellResult(_message.Message):
-    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms")
+    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms", "incomplete_detail")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REPETITION_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,7 @@ class CellResult(_message.Message):
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_DETAIL_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     task_id: str
     repetition: int
@@ -174,10 +175,11 @@ class CellResult(_message.Message):
     cached_tokens: int
     started_ms: int
     finished_ms: int
-    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ...) -> None: ...
+    incomplete_detail: str
+    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., incomplete_detail: _Optional[str] = ...) -> None: ...
 
 class Summary(_message.Message):
-    __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports")
+    __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports", "selected_cost_usd")
     SELECTED_FIELD_NUMBER: _ClassVar[int]
     INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +189,7 @@ class Summary(_message.Message):
     PEAK_CONCURRENT_GROUPS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_OFFERED_FIELD_NUMBER: _ClassVar[int]
     LATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    SELECTED_COST_USD_FIELD_NUMBER: _ClassVar[int]
     selected: int
     incomplete: int
     observed_cost_usd: float
@@ -196,7 +199,8 @@ class Summary(_message.Message):
     peak_concurrent_groups: int
     slots_offered: int
     late_reports: int
-    def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ...) -> None: ...
+    selected_cost_usd: float
+    def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ..., selected_cost_usd: _Optional[float] = ...) -> None: ...
 
 class GetResultsResponse(_message.Message):
     __slots__ = ("cells", "summary")
@@ -285,3 +289,55 @@ class ArtifactChunk(_message.Message):
     data: bytes
     total_length: int
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., total_length: _Optional[int] = ...) -> None: ...
+
+class ListAttemptsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class AttemptRecord(_message.Message):
+    __slots__ = ("attempt_id", "cell_id", "task_id", "repetition", "subject_id", "worker_id", "assignment_id", "generation", "dispatch_order", "kind", "status", "started_ms", "finished_ms", "score", "cost_usd", "usage", "detail", "dispatched_ms")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_ORDER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_MS_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    cell_id: str
+    task_id: str
+    repetition: int
+    subject_id: str
+    worker_id: str
+    assignment_id: str
+    generation: int
+    dispatch_order: int
+    kind: str
+    status: _common_pb2.Status
+    started_ms: int
+    finished_ms: int
+    score: float
+    cost_usd: float
+    usage: _common_pb2.Usage
+    detail: str
+    dispatched_ms: int
+    def __init__(self, attempt_id: _Optional[str] = ..., cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., kind: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., score: _Optional[float] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., detail: _Optional[str] = ..., dispatched_ms: _Optional[int] = ...) -> None: ...
+
+class ListAttemptsResponse(_message.Message):
+    __slots__ = ("attempts",)
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    attempts: _containers.RepeatedCompositeFieldContainer[AttemptRecord]
+    def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ...) -> None: ...

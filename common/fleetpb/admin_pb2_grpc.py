@@ -86,6 +86,11 @@ class AdminStub:
                 request_serializer=fleet_dot_v1_dot_admin__pb2.GetArtifactRequest.SerializeToString,
                 response_deserializer=fleet_dot_v1_dot_admin__pb2.ArtifactChunk.FromString,
                 _registered_method=True)
+        self.ListAttempts = channel.unary_unary(
+                '/fleet.v1.Admin/ListAttempts',
+                request_serializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsRequest.SerializeToString,
+                response_deserializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -160,6 +165,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAttempts(self, request, context):
+        """Every attempt of a run, in dispatch order: what a timeline or an audit needs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +224,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetArtifact,
                     request_deserializer=fleet_dot_v1_dot_admin__pb2.GetArtifactRequest.FromString,
                     response_serializer=fleet_dot_v1_dot_admin__pb2.ArtifactChunk.SerializeToString,
+            ),
+            'ListAttempts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAttempts,
+                    request_deserializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsRequest.FromString,
+                    response_serializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -485,6 +502,33 @@ class Admin:
             '/fleet.v1.Admin/GetArtifact',
             fleet_dot_v1_dot_admin__pb2.GetArtifactRequest.SerializeToString,
             fleet_dot_v1_dot_admin__pb2.ArtifactChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAttempts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fleet.v1.Admin/ListAttempts',
+            fleet_dot_v1_dot_admin__pb2.ListAttemptsRequest.SerializeToString,
+            fleet_dot_v1_dot_admin__pb2.ListAttemptsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -308,7 +308,10 @@ def test_an_empty_run_renders() -> None:
 
 class FakeAdmin:
     def __init__(self, results: admin_pb2.GetResultsResponse, status: admin_pb2.GetStatusResponse) -> None:
-        self.responses = {"GetResults": results, "GetStatus": status}
+        from common.fleetpb import admin_pb2
+
+        self.responses = {"GetResults": results, "GetStatus": status,
+                          "ListAttempts": admin_pb2.ListAttemptsResponse()}
         self.calls: list[tuple[str, object]] = []
 
     def call(self, name: str, request: object, timeout: float | None = None) -> object:
@@ -343,7 +346,7 @@ def test_fleetctl_report_reads_times_only_when_present_and_writes_the_page(tmp_p
     args = fleetctl.build_parser().parse_args(["report", "run-x", "--html", str(out)])
     assert (args.cmd, args.run, args.html, args.attempts) == ("report", "run-x", out, None)
     assert main_report(admin, args) == 0
-    assert [name for name, _ in admin.calls] == ["GetResults", "GetStatus"]
+    assert [name for name, _ in admin.calls] == ["GetResults", "GetStatus", "ListAttempts"]
     assert all(req.run_id == "run-x" for _, req in admin.calls)
     results = fleetctl.results_json(proto_results())
     assert [(c["started_ms"], c["finished_ms"]) for c in results["cells"]] == [(T0, T0 + 800), (None, None),

@@ -75,6 +75,7 @@ def results_json(resp: Any) -> dict:
             "cost_usd": cell.cost_usd if cell.HasField("cost_usd") else None,
             "usage": USAGE_NAMES.get(cell.usage) if cell.state == "selected" else None,
             "incomplete_reason": cell.incomplete_reason or None,
+            "incomplete_detail": cell.incomplete_detail or None,
             "started_ms": cell.started_ms if cell.HasField("started_ms") else None,
             "finished_ms": cell.finished_ms if cell.HasField("finished_ms") else None,
             "artifacts": [{"name": a.name, "digest": a.digest, "size_bytes": a.size_bytes} for a in cell.artifacts],
@@ -84,7 +85,8 @@ def results_json(resp: Any) -> dict:
         "selected": s.selected, "incomplete": s.incomplete, "observed_cost_usd": s.observed_cost_usd,
         "usage_complete": s.usage_complete, "state": RUN_STATE_NAMES.get(s.state, "unspecified"),
         "blocked_reason": s.blocked_reason, "peak_concurrent_groups": s.peak_concurrent_groups,
-        "slots_offered": s.slots_offered, "late_reports": s.late_reports}}
+        "slots_offered": s.slots_offered, "late_reports": s.late_reports,
+        "selected_cost_usd": s.selected_cost_usd}}
 
 
 def status_json(resp: Any) -> dict:

@@ -358,7 +358,7 @@ def test_executor_for_knows_command_and_python() -> None:
     assert isinstance(executor_for("command"), CommandExecutor)
     assert type(executor_for("python")).__name__ == "PythonExecutor"
     with pytest.raises(ValueError):
-        executor_for("harbor")
+        executor_for("no-such-kind")
 
 
 def test_a_relative_bench_root_is_made_absolute_for_the_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,7 +87,11 @@ def executor_for(kind: str, *, path: str | None = None) -> Executor:
         from worker.executor.pyfunc import PythonExecutor
 
         return PythonExecutor()
-    raise ValueError(f"no executor for kind {kind!r} on this worker (have: command, python)")
+    if kind == "harbor":
+        from worker.executor.harbor import HarborExecutor
+
+        return HarborExecutor()
+    raise ValueError(f"no executor for kind {kind!r} on this worker (have: command, python, harbor)")
 
 
 def now_ms() -> int:

@@ -14,6 +14,10 @@ from common import limits
 from common.spec import ExperimentSpec, SpecError, canonical_json
 
 
+ENVIRONMENT_MATCHES = ("worker", "cell")
+ADDED_LATER: dict[str, Any] = {"environment_match": "worker"}  # name -> default
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     heartbeat_interval_ms: int = limits.HEARTBEAT_INTERVAL_MS_DEFAULT
@@ -27,12 +31,18 @@ class Policy:
     group_cpu_millis: int = 0  # reservation of one group, all its subjects and verification
     group_memory_mb: int = 0
     group_deadline_ms: int = 0  # 0: derived from the spec's budget (see group_deadline_for)
+    # "worker": workers must match the whole environment id (same build everywhere);
+    # "cell": only the cell environment (common/identity.py), for a fleet in several languages.
+    environment_match: str = "worker"
 
     def canonical(self) -> str:
         return canonical_json(self.document())
 
     def document(self) -> dict[str, Any]:
-        return {_camel(f.name): getattr(self, f.name) for f in fields(self)}
+        # Fields added after the first release are left out at their default, so that adding
+        # a field never changes the id of a run that does not use it.
+        return {_camel(f.name): getattr(self, f.name) for f in fields(self)
+                if f.name not in ADDED_LATER or getattr(self, f.name) != ADDED_LATER[f.name]}
 
     def backoff_ms(self, failed_dispatches: int) -> int:
         """Exponential from retry_backoff_ms, capped; 0 before the first failure."""
@@ -80,6 +90,9 @@ def parse_policy(document: Any) -> Policy:
         if name == "required_environment_id":
             if not isinstance(value, str):
                 raise SpecError(f"policy.{key}", "must be a string")
+        elif name == "environment_match":
+            if value not in ENVIRONMENT_MATCHES:
+                raise SpecError(f"policy.{key}", f"must be one of {', '.join(ENVIRONMENT_MATCHES)}")
         else:
             lo, hi = _BOUNDS[name]
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:

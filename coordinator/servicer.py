@@ -250,7 +250,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
         await _put(self.actor, Request(make=lambda now: c.WorkerRegistered(
             now, wid, hello.incarnation, hello.slots, hello.environment_id, hello.cpu_millis, hello.memory_mb,
-            owned=cmd_owned, buffered=cmd_buffered), done=done))
+            owned=cmd_owned, buffered=cmd_buffered, cell_environment_id=hello.cell_environment_id), done=done))
         t: Transition = await registered
         if not t.outcome.ok:
             session.cut(f"registration refused: {t.outcome.rejection.name}")

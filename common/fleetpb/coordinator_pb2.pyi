@@ -65,7 +65,7 @@ class PendingUpload(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., total_length: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "incarnation", "slots", "cpu_millis", "memory_mb", "environment", "environment_id", "owned_assignment_ids", "buffered_attempt_ids", "pending_uploads", "protocol_version", "software_version")
+    __slots__ = ("worker_id", "incarnation", "slots", "cpu_millis", "memory_mb", "environment", "environment_id", "owned_assignment_ids", "buffered_attempt_ids", "pending_uploads", "protocol_version", "software_version", "cell_environment_id")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class Hello(_message.Message):
     PENDING_UPLOADS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CELL_ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     incarnation: int
     slots: int
@@ -90,7 +91,8 @@ class Hello(_message.Message):
     pending_uploads: _containers.RepeatedCompositeFieldContainer[PendingUpload]
     protocol_version: int
     software_version: str
-    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., environment: _Optional[_Iterable[_Union[EnvironmentComponent, _Mapping]]] = ..., environment_id: _Optional[str] = ..., owned_assignment_ids: _Optional[_Iterable[str]] = ..., buffered_attempt_ids: _Optional[_Iterable[str]] = ..., pending_uploads: _Optional[_Iterable[_Union[PendingUpload, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., software_version: _Optional[str] = ...) -> None: ...
+    cell_environment_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., environment: _Optional[_Iterable[_Union[EnvironmentComponent, _Mapping]]] = ..., environment_id: _Optional[str] = ..., owned_assignment_ids: _Optional[_Iterable[str]] = ..., buffered_attempt_ids: _Optional[_Iterable[str]] = ..., pending_uploads: _Optional[_Iterable[_Union[PendingUpload, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., software_version: _Optional[str] = ..., cell_environment_id: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("owned_assignment_ids", "running_cells", "outbox_depth")

@@ -20,7 +20,7 @@ class LogRecord(_message.Message):
         policy: str
         def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[str] = ..., policy: _Optional[str] = ...) -> None: ...
     class WorkerRegistered(_message.Message):
-        __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered")
+        __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered", "cell_environment_id")
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]
         INCARNATION_FIELD_NUMBER: _ClassVar[int]
         SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class LogRecord(_message.Message):
         MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
         OWNED_FIELD_NUMBER: _ClassVar[int]
         BUFFERED_FIELD_NUMBER: _ClassVar[int]
+        CELL_ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
         worker_id: str
         incarnation: int
         slots: int
@@ -37,7 +38,8 @@ class LogRecord(_message.Message):
         memory_mb: int
         owned: _containers.RepeatedScalarFieldContainer[str]
         buffered: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., environment_id: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., owned: _Optional[_Iterable[str]] = ..., buffered: _Optional[_Iterable[str]] = ...) -> None: ...
+        cell_environment_id: str
+        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., environment_id: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., owned: _Optional[_Iterable[str]] = ..., buffered: _Optional[_Iterable[str]] = ..., cell_environment_id: _Optional[str] = ...) -> None: ...
     class CellReported(_message.Message):
         __slots__ = ("worker_id", "attempt_id", "assignment_id", "generation", "report")
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -36,6 +36,7 @@ class WorkerRegistered:
     memory_mb: int = 0
     owned: tuple[AssignmentId, ...] = ()  # assignments the worker is still running
     buffered: tuple[AttemptId, ...] = ()  # attempts whose reports wait in its outbox
+    cell_environment_id: str = ""  # common/identity.py: what subjects and verifiers see
 
 
 @dataclass(frozen=True, slots=True)

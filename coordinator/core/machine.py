@@ -139,7 +139,8 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
 
     if existing is None:
         worker = WorkerState(cmd.worker_id, cmd.incarnation, cmd.slots, cmd.environment_id,
-                             cmd.cpu_millis, cmd.memory_mb, WorkerStatus.ACTIVE, cmd.now_ms)
+                             cmd.cpu_millis, cmd.memory_mb, WorkerStatus.ACTIVE, cmd.now_ms,
+                             cell_environment_id=cmd.cell_environment_id)
         state.workers[cmd.worker_id] = worker
         state.slots_active += worker.slots
         held: dict = {}
@@ -153,6 +154,7 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
         worker.incarnation, worker.slots = cmd.incarnation, cmd.slots
         worker.environment_id, worker.cpu_millis, worker.memory_mb = (
             cmd.environment_id, cmd.cpu_millis, cmd.memory_mb)
+        worker.cell_environment_id = cmd.cell_environment_id
         worker.registered_ms = cmd.now_ms
         worker.status = WorkerStatus.ACTIVE
         state.slots_active += worker.slots
@@ -176,11 +178,14 @@ def _admission_problem(state: State, cmd: c.WorkerRegistered) -> Outcome | None:
     open_runs = [r for r in state.runs.values() if not r.settled]
     if not open_runs:
         return None
-    matching = [r for r in open_runs if not r.environment_id or r.environment_id == cmd.environment_id]
+    matching = [r for r in open_runs
+                if not r.environment_id or r.environment_id == _environment_for(r.policy, cmd.environment_id,
+                                                                                cmd.cell_environment_id)]
     if not matching:
         wants = ", ".join(f"{r.run_id} requires {r.environment_id}" for r in open_runs)
         return rejected(Rejection.ENVIRONMENT_MISMATCH,
-                        f"worker environment {cmd.environment_id} matches no open run ({wants})")
+                        f"worker environment {cmd.environment_id} (cell environment "
+                        f"{cmd.cell_environment_id or 'not sent'}) matches no open run ({wants})")
     for run in matching:
         if _fits(run.policy, cmd.slots, cmd.cpu_millis, cmd.memory_mb):
             return None
@@ -188,6 +193,13 @@ def _admission_problem(state: State, cmd: c.WorkerRegistered) -> Outcome | None:
     return rejected(Rejection.CAPACITY_INVALID,
                     f"{cmd.slots} slots need {cmd.slots * p.group_cpu_millis} cpu millis and "
                     f"{cmd.slots * p.group_memory_mb} MB; the worker offers {cmd.cpu_millis} and {cmd.memory_mb}")
+
+
+def _environment_for(policy: Policy, environment_id: str, cell_environment_id: str) -> str:
+    """The identity a run compares: the whole environment, or only the cell environment."""
+    if policy.environment_match == "cell":
+        return cell_environment_id or "(no cell environment id)"
+    return environment_id
 
 
 def _fits(policy: Policy, slots: int, cpu_millis: int, memory_mb: int) -> bool:
@@ -662,7 +674,8 @@ def _fill(state: State, now: int, fx: Fx) -> None:
 def _pick_worker(state: State, run: RunState) -> WorkerState | None:
     for wid in state.free_workers:
         worker = state.workers[wid]
-        if run.environment_id and worker.environment_id != run.environment_id:
+        env = _environment_for(run.policy, worker.environment_id, worker.cell_environment_id)
+        if run.environment_id and env != run.environment_id:
             continue
         if not _fits(run.policy, worker.slots, worker.cpu_millis, worker.memory_mb):
             continue
@@ -673,8 +686,8 @@ def _pick_worker(state: State, run: RunState) -> WorkerState | None:
 def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerState, now: int, fx: Fx) -> None:
     pending = _pending_cells(run, group)
     assert pending and group.status == GroupStatus.WAITING, f"dispatch of {group.group_id} with nothing to run"
-    if not run.environment_id:
-        run.environment_id = worker.environment_id  # the first admitted worker pins the run
+    if not run.environment_id:  # the first admitted worker pins the run
+        run.environment_id = _environment_for(run.policy, worker.environment_id, worker.cell_environment_id)
     group.generation += 1
     aid = assignment_id_for(run.run_id, group.group_id, group.generation)
     task_id, repetition = run.spec.group_key(group.index)

@@ -101,6 +101,7 @@ class WorkerState:
     memory_mb: int
     status: WorkerStatus
     registered_ms: int
+    cell_environment_id: str = ""
     draining: bool = False  # finishes what it holds, receives nothing new
     # Authoritative assignments held by this worker (dict as an ordered set).
     assignments: dict[AssignmentId, None] = field(default_factory=dict)
@@ -189,7 +190,8 @@ def durable_view(state: State) -> dict:
     return {
         "runs": runs,
         "workers": {w.worker_id: [w.incarnation, w.slots, w.environment_id, w.cpu_millis, w.memory_mb,
-                                  int(w.status), w.registered_ms, w.draining, list(w.assignments)]
+                                  int(w.status), w.registered_ms, w.cell_environment_id, w.draining,
+                                  list(w.assignments)]
                     for w in state.workers.values()},
         "assignments": {a.assignment_id: [a.run_id, a.group_index, a.generation, a.worker_id, list(a.attempts),
                                           a.dispatched_ms, a.deadline_ms, a.authoritative, a.unreported,

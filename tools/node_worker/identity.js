@@ -82,4 +82,13 @@ function identity(benchRoot) {
   return { manifest, environmentId: environmentId(manifest) };
 }
 
-module.exports = { identity, treeDigest, environmentId };
+/** The cell environment (common/identity.py): bench.tree, platform.*, tool:*, image.*, harbor.*,
+ * digested the same way, "cenv-" + 16 hex: what a run with environmentMatch "cell" compares. */
+const CELL_PREFIXES = ['bench.tree', 'platform.', 'tool:', 'image.', 'harbor.'];
+function cellEnvironmentId(manifest) {
+  const keys = Object.keys(manifest).filter((k) => CELL_PREFIXES.some((p) => k.startsWith(p))).sort();
+  const cell = Object.fromEntries(keys.map((k) => [k, manifest[k]]));
+  return 'cenv-' + sha256(JSON.stringify(cell)).slice(0, 16);
+}
+
+module.exports = { identity, treeDigest, environmentId, cellEnvironmentId };

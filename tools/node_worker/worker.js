@@ -37,7 +37,7 @@ const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { identity } = require('./identity');
+const { identity, cellEnvironmentId } = require('./identity');
 const { runCell, expectedStatus, oneLine, E, V, ID_CHARS_MAX } = require('./executor');
 
 // common/limits.py and worker/config.py
@@ -265,6 +265,7 @@ class Worker {
       cpu_millis: this.cfg.cpuMillis, memory_mb: this.cfg.memoryMb,
       environment: Object.entries(this.ident.manifest).map(([key, value]) => ({ key, value })),
       environment_id: this.ident.environmentId,
+      cell_environment_id: cellEnvironmentId(this.ident.manifest),
       owned_assignment_ids: [...this.held].filter(([, h]) => h.running && !h.revoked).map(([a]) => a).sort(),
       buffered_attempt_ids: [...this.outbox.keys()],
       protocol_version: PROTOCOL_VERSION, software_version: `fleet-node-worker/${require('./package.json').version}`,

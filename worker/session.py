@@ -40,6 +40,7 @@ from typing import Any
 import grpc
 import structlog
 
+from common.identity import cell_environment_id
 from common.evidence import ArtifactRef, ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification
 from common.fleetpb import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from common.ids import AssignmentId, AttemptId
@@ -567,6 +568,7 @@ class WorkerSession:
             memory_mb=self._config.memory_mb,
             environment=[coordinator_pb2.EnvironmentComponent(key=k, value=v) for k, v in self._manifest.items()],
             environment_id=self._environment_id,
+            cell_environment_id=cell_environment_id(self._manifest),
             owned_assignment_ids=owned,
             buffered_attempt_ids=buffered,
             protocol_version=PROTOCOL_VERSION,

@@ -152,6 +152,17 @@ def test_credentials_usage_redaction_and_isolation(harbor_python, tmp_path):
     assert secret not in r.detail
 
 
+def test_readonly_host_mode_refuses_writes_outside_the_task(harbor_python, tmp_path):
+    subject = {"id": "probe", "agentImportPath": "fleet_probe_agent:ProbeAgent",
+               "agentKwargs": {"bench_root": str(FIXTURE)}}
+    executor = {"kind": "harbor", "environment": {"importPath": "harbor_nsenv:NamespaceEnvironment",
+                                                  "kwargs": {"host_mode": "readonly"}}}
+    outcome = run(job(tmp_path, subject, executor=executor))
+    assert (outcome.report.status, outcome.report.score) == (Status.COMPLETED, 1.0), outcome.report
+    probe = json.loads(file_text(outcome, "trial/agent/probe.json"))
+    assert probe["solved"] and not probe["marker_written_inside"] and probe["bench_entries_visible"] == 0
+
+
 def test_a_missing_credential_is_an_environment_failure(harbor_python, tmp_path):
     outcome = run(job(tmp_path, {"id": "oracle", "agent": "oracle", "credentials": ["FLEET_NOT_SET"]}))
     r = outcome.report
@@ -223,6 +234,18 @@ def test_an_agent_timeout_is_a_measured_failure(harbor_python, tmp_path):
         Execution.SUBJECT_FAILED, Verification.VALID, 1.0, Status.SUBJECT_FAILED, Cleanup.CONFIRMED), r
     assert "AgentTimeoutError" in r.detail
     assert live_processes_with(marker) == []
+
+
+def test_a_no_network_task_gets_only_loopback(harbor_python, tmp_path):
+    bench = tmp_path / "bench"
+    shutil.copytree(FIXTURE / TASK, bench / TASK)
+    toml = bench / TASK / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]\n", '[environment]\nnetwork_mode = "no-network"\n'))
+    solve = bench / TASK / "solution" / "solve.sh"
+    solve.write_text(solve.read_text() + "ls /sys/class/net > /logs/agent/links.txt\n")
+    outcome = run(job(tmp_path, {"id": "oracle", "agent": "oracle"}, bench_root=bench))
+    assert (outcome.report.status, outcome.report.score) == (Status.COMPLETED, 1.0), outcome.report
+    assert file_text(outcome, "trial/agent/links.txt").split() == ["lo"]
 
 
 @pytest.mark.parametrize("subject, executor, task, says", [

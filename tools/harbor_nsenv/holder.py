@@ -102,6 +102,9 @@ def setup(spec: dict) -> None:
             _mount("-t", "proc", "-o", "nosuid,nodev,noexec", "proc", dst)
         elif kind == "dev":
             _mount("--rbind", host, dst)
+        elif kind == "sys" and spec["isolateNetwork"]:
+            # A fresh sysfs shows this network namespace's devices, not the host's.
+            _mount("-t", "sysfs", "-o", "ro,nosuid,nodev,noexec", "sysfs", dst)
         elif kind == "sys":
             _mount("--rbind", host, dst)
             _make_readonly(dst)

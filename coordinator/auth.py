@@ -20,6 +20,9 @@ from pathlib import Path
 
 TOKEN_BYTES = 32
 CREDENTIALS_FILE = "credentials.json"
+# A worker's client certificate names its id as this URI in its subjectAltName (the CN is
+# not read): fleet-worker://w17. One such URI per certificate.
+WORKER_URI_PREFIX = "fleet-worker://"
 
 
 class AuthError(Exception):
@@ -65,6 +68,22 @@ def bearer(metadata: tuple | list | None) -> tuple[str | None, str | None]:
         elif key == "x-fleet-worker-id" and isinstance(value, str):
             worker_id = value
     return token, worker_id
+
+
+def certificate_identity_problem(auth_context: dict, claimed: str | None) -> str:
+    """Why a session claiming `claimed` may not use the client certificate of this call
+    (from grpc's auth_context), or '' when the certificate names exactly that worker."""
+    uris = auth_context.get("peer_uri") or auth_context.get("x509_subject_alternative_name") or []
+    named = sorted({u.decode(errors="replace")[len(WORKER_URI_PREFIX):] for u in uris
+                    if u.decode(errors="replace").startswith(WORKER_URI_PREFIX)})
+    if not named:
+        return (f"the client certificate names no worker (it needs the subjectAltName URI "
+                f"{WORKER_URI_PREFIX}ID); the session claims {claimed!r}")
+    if len(named) > 1:
+        return f"the client certificate names several workers ({', '.join(named)}); it must name one"
+    if named[0] != claimed:
+        return f"the client certificate is worker {named[0]}'s, the session claims {claimed!r}"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)

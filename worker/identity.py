@@ -102,8 +102,18 @@ def worker_identity(bench_root: Path, *, path: str | None = None) -> tuple[dict[
     manifest = compute_manifest({}, bench_root, path=path)
     manifest.pop("executor.kind", None)  # spec-dependent; empty without a spec
     manifest["bench.tree"] = tree_digest(Path(bench_root))
+    if _has_harbor_tasks(Path(bench_root)):
+        # Harbor's version, its interpreter, and Harbor's own checksum of every task.
+        from worker.executor.harbor import harbor_manifest, harbor_python
+
+        manifest.update(harbor_manifest(Path(bench_root), harbor_python({})))
     manifest = dict(sorted(manifest.items()))
     return manifest, environment_id(manifest)
+
+
+def _has_harbor_tasks(bench_root: Path) -> bool:
+    """A bench root of Harbor tasks holds task.toml files (Terminal-Bench layout)."""
+    return bench_root.is_dir() and next(bench_root.rglob("task.toml"), None) is not None
 
 
 # ---- measurements -------------------------------------------------------------------------

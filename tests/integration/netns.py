@@ -95,6 +95,9 @@ class Lan:
         if first.returncode != 0:
             raise NetnsUnavailable(f"`ip netns add` failed: {first.stderr.strip()}")
         self.made.append(self.bridge_ns)
+        probe = run("ip", "netns", "exec", self.bridge_ns, "true", check=False)
+        if probe.returncode != 0:
+            raise NetnsUnavailable(f"`ip netns exec` failed: {probe.stderr.strip()}")
         run("ip", "-n", self.bridge_ns, "link", "set", "lo", "up")
         run("ip", "-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
         run("ip", "-n", self.bridge_ns, "link", "set", "br0", "up")

@@ -812,9 +812,11 @@ class WorkerSession:
             sends += 1
             ack = await s.request("cell_report", codec.cell_report_frame(entry.payload, entry.artifacts))
             if ack.outcome in (_ACCEPTED, _DUPLICATE, _LATE):
+                # Logged first: a stream cut while the outbox removes the entry must not leave
+                # an acknowledged report without its line (operators and tests read it).
+                dlog.info("report acknowledged", outcome=common_pb2.AckOutcome.Name(ack.outcome))
                 await asyncio.to_thread(self._state.ack, entry.attempt_id)
                 self._settle(entry, dead=False)
-                dlog.info("report acknowledged", outcome=common_pb2.AckOutcome.Name(ack.outcome))
                 return
             if ack.outcome != _REJECTED:
                 raise _ProtocolError(f"report ack with outcome {ack.outcome}")

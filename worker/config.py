@@ -1,11 +1,17 @@
-"""The worker's one frozen configuration, built at the entry point from flags and environment.
+"""The worker's one frozen configuration, built at the entry point from flags, a TOML file
+(`--config`) and the environment.
 
 Rules. Nothing else in the worker reads `os.environ`: the entry point takes one snapshot of
 it here, and the session hands each subject only the credential names it declares, from that
-snapshot. The snapshot is kept out of `repr`, so printing a config never prints a secret.
-Validation errors name the flag and what to do (`ConfigError`); they are the operator's to
-fix, and the entry point exits 2 on them. The worker-side limits that `common/limits.py`
-does not hold yet are named here, unit last, with where their numbers come from.
+snapshot. The snapshot is kept out of `repr` and out of `--print-config`, so printing a
+config never prints a secret; settings name token files, never hold tokens. Precedence,
+lowest first: the defaults of `SETTINGS`, the environment (systemd's `$STATE_DIRECTORY` for
+`state_dir`; `enroll.token` and `tls.key` in `$CREDENTIALS_DIRECTORY`, when present, for
+`token_file` and `tls_key`), the file, the flags.
+Validation errors name the file and line, or the flag, and what to do (`ConfigError`); they
+are the operator's to fix, and the entry point exits 2 on them. The worker-side limits that
+`common/limits.py` does not hold yet are named here, unit last, with where their numbers
+come from.
 """
 from __future__ import annotations
 
@@ -19,6 +25,22 @@ from types import MappingProxyType
 
 from common.ids import WorkerId
 from common.limits import ID_CHARS_MAX, SLOTS_PER_WORKER_MAX
+from common.notify import NotifySettings, settings_from_environ
+from common.tomlconfig import (
+    BOOLEAN,
+    INTEGER,
+    PATH,
+    STRING,
+    ConfigFileError,
+    Layer,
+    Resolved,
+    Setting,
+    add_flags,
+    flags_layer,
+    load_file,
+    render_toml,
+    resolve,
+)
 
 # A drain waits this long for running groups by default: one typical cell budget (5 min).
 DRAIN_TIMEOUT_S_DEFAULT = 300
@@ -53,7 +75,13 @@ GOODBYE_ACK_TIMEOUT_MS = 2_000
 PROTOCOL_VERSION = 1
 
 
-class ConfigError(ValueError):
+PROGRAM = "fleet-worker"
+ENROLL_TOKEN_NAME = "enroll.token"
+TLS_KEY_NAME = "tls.key"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ConfigFileError):
     """A flag or file the operator must fix; the message names it."""
 
 
@@ -75,6 +103,10 @@ class WorkerConfig:
     command_path: str | None = None  # PATH for the command executor; its default when None
     log_level: str = "info"
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    tls_cert: Path | None = None  # client certificate (mTLS), naming fleet-worker://WORKER_ID
+    tls_key: Path | None = None
+    metrics_listen: str = ""
+    notify: NotifySettings = field(default_factory=NotifySettings)  # from the environment only
 
     def __post_init__(self) -> None:
         if not self.worker_id or len(self.worker_id) > ID_CHARS_MAX:
@@ -86,6 +118,10 @@ class WorkerConfig:
         if self.drain_timeout_s < 0 or self.flush_timeout_s < 0:
             raise ConfigError("--drain-timeout-s and --flush-timeout-s must not be negative")
         host, _port = split_host_port(self.coordinator)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key (tls_cert, tls_key) go together: give both, or neither")
+        if self.tls_cert is not None and self.tls_ca is None:
+            raise ConfigError("a client certificate (--tls-cert) is sent over TLS only: give --tls-ca too")
         if self.tls_ca is None and not self.insecure and not is_loopback(host):
             raise ConfigError(
                 f"--coordinator {self.coordinator} is not a loopback address: pass --tls-ca FILE "
@@ -133,71 +169,154 @@ def machine_memory_mb() -> int:
         return 1024
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
-    return value
+SETTINGS: tuple[Setting, ...] = (
+    Setting("coordinator", STRING, "HOST:PORT of the coordinator.", required=True, metavar="HOST:PORT"),
+    Setting("token_file", PATH, "The enrollment token, used until the state dir holds this worker's credential; "
+            "re-read before each connection until then.", required=True,
+            default_text="`$CREDENTIALS_DIRECTORY/enroll.token` under systemd, else required", metavar="FILE"),
+    Setting("worker_id", STRING, "This worker's id; with mTLS its certificate names it as fleet-worker://ID.",
+            required=True, metavar="ID"),
+    Setting("slots", INTEGER, "Task groups at once.", required=True, minimum=1, maximum=SLOTS_PER_WORKER_MAX,
+            metavar="N"),
+    Setting("state_dir", PATH, "Outbox, credential, assignments (LMDB); one worker id per state dir.",
+            required=True, default_text="`$STATE_DIRECTORY` under systemd, else required", metavar="DIR"),
+    Setting("bench_root", PATH, "The benchmark's files, as on every VM.", required=True, metavar="DIR"),
+    Setting("work_dir", PATH, "Scratch for attempts.", default_text="STATE_DIR/work", metavar="DIR"),
+    Setting("cpu_millis", INTEGER, "CPU offered, in thousandths of a CPU.", minimum=1,
+            default_text="the CPUs this process may use", metavar="N"),
+    Setting("memory_mb", INTEGER, "Memory offered.", minimum=1, default_text="the machine's memory", metavar="MB"),
+    Setting("tls_ca", PATH, "CA bundle (PEM): connect with TLS, verifying the coordinator against it.",
+            metavar="FILE"),
+    Setting("tls_cert", PATH, "Client certificate chain (PEM) for a coordinator that requires one (mTLS).",
+            metavar="FILE"),
+    Setting("tls_key", PATH, "Private key of tls_cert (PEM).", metavar="FILE",
+            default_text="`$CREDENTIALS_DIRECTORY/tls.key` if present, else unset"),
+    Setting("insecure", BOOLEAN, "Allow plaintext to a non-loopback coordinator (sends the token in clear).",
+            default=False),
+    Setting("drain_timeout_s", INTEGER, "On SIGTERM, how long running groups may finish.",
+            default=DRAIN_TIMEOUT_S_DEFAULT, minimum=0, metavar="S"),
+    Setting("flush_timeout_s", INTEGER, "On SIGTERM, how long the outbox may take to be acknowledged.",
+            default=DRAIN_FLUSH_TIMEOUT_S_DEFAULT, minimum=0, metavar="S"),
+    Setting("command_path", STRING, "PATH for subjects' commands.", default_text="the executor's minimal PATH",
+            metavar="PATH"),
+    Setting("log_level", STRING, "Log level of the JSON log on stderr.", default="info", choices=LOG_LEVELS),
+    Setting("metrics_listen", STRING, "HOST:PORT of the Prometheus metrics endpoint; empty: no endpoint.",
+            default="", metavar="HOST:PORT"),
+)
+
+
+def environment_layer(environ: Mapping[str, str]) -> Layer:
+    """What systemd's environment supplies: the state directory and loaded credentials."""
+    values: dict[str, object] = {}
+    state = environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if state:
+        values["state_dir"] = Path(state)
+    creds = environ.get("CREDENTIALS_DIRECTORY", "")
+    for key, name in (("token_file", ENROLL_TOKEN_NAME), ("tls_key", TLS_KEY_NAME)):
+        if creds and (Path(creds) / name).is_file():
+            values[key] = Path(creds) / name
+    return Layer("environment", values)
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--coordinator", required=True, metavar="HOST:PORT")
-    p.add_argument("--token-file", required=True, type=Path, metavar="FILE",
-                   help="enrollment token; replaced by the credential the coordinator issues")
-    p.add_argument("--worker-id", required=True, metavar="ID")
-    p.add_argument("--slots", required=True, type=_positive_int, metavar="N", help="task groups at once")
-    p.add_argument("--state-dir", required=True, type=Path, metavar="DIR")
-    p.add_argument("--bench-root", required=True, type=Path, metavar="DIR")
-    p.add_argument("--work-dir", type=Path, metavar="DIR", help="scratch for attempts (default STATE/work)")
-    p.add_argument("--cpu-millis", type=_positive_int, help="default: the CPUs this process may use")
-    p.add_argument("--memory-mb", type=_positive_int, help="default: the machine's memory")
-    p.add_argument("--tls-ca", type=Path, metavar="FILE", help="CA bundle: connect with TLS")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow plaintext to a non-loopback coordinator")
-    p.add_argument("--drain-timeout-s", type=_positive_int, default=DRAIN_TIMEOUT_S_DEFAULT,
-                   help="on SIGTERM, how long running groups may finish")
-    p.add_argument("--flush-timeout-s", type=_positive_int, default=DRAIN_FLUSH_TIMEOUT_S_DEFAULT,
-                   help="on SIGTERM, how long the outbox may take to be acknowledged")
-    p.add_argument("--command-path", metavar="PATH", help="PATH for subjects' commands")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--config", type=Path, metavar="FILE", help="TOML configuration file")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the effective configuration as TOML and exit (token files by path only)")
+    add_flags(p, SETTINGS)
 
 
-def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> WorkerConfig:
-    bench_root = Path(args.bench_root).resolve()
+def resolve_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Resolved:
+    layers = [environment_layer(environ)]
+    if args.config is not None:
+        layers.append(load_file(args.config, SETTINGS, program=PROGRAM))
+    layers.append(flags_layer(args, SETTINGS))
+    return resolve(SETTINGS, *layers)
+
+
+def config_from(r: Resolved, environ: Mapping[str, str], pid: int) -> WorkerConfig:
+    v = r.values
+    try:
+        split_host_port(v["coordinator"])
+    except ConfigError as e:
+        raise r.error("coordinator", e.reason) from None
+    if v["metrics_listen"]:
+        try:
+            split_host_port(v["metrics_listen"])
+        except ConfigError:
+            raise r.error("metrics_listen", f"must be HOST:PORT or empty, got {v['metrics_listen']!r}") from None
+    if not v["worker_id"] or len(v["worker_id"]) > ID_CHARS_MAX:
+        raise r.error("worker_id", f"must be 1 to {ID_CHARS_MAX} characters")
+    bench_root = Path(v["bench_root"]).resolve()
     if not bench_root.is_dir():
-        raise ConfigError(f"--bench-root {args.bench_root} is not a directory")
-    state_dir = Path(args.state_dir).resolve()
-    tls_ca = Path(args.tls_ca).resolve() if args.tls_ca else None
-    if tls_ca is not None and not tls_ca.is_file():
-        raise ConfigError(f"--tls-ca {args.tls_ca} is not a readable file")
+        raise r.error("bench_root", f"{v['bench_root']} is not a directory")
+    for key in ("tls_ca", "tls_cert", "tls_key"):
+        if v[key] is not None and not Path(v[key]).is_file():
+            raise r.error(key, f"{v[key]} is not a readable file")
+    if (v["tls_cert"] is None) != (v["tls_key"] is None):
+        given = "tls_cert" if v["tls_cert"] is not None else "tls_key"
+        raise r.error(given, "tls_cert and tls_key go together: give both, or neither")
+    if v["tls_cert"] is not None and v["tls_ca"] is None:
+        raise r.error("tls_cert", "a client certificate is sent over TLS only: give tls_ca (--tls-ca) too")
+    if v["tls_ca"] is None and not v["insecure"] and not is_loopback(split_host_port(v["coordinator"])[0]):
+        raise r.error("coordinator", f"{v['coordinator']} is not a loopback address: give tls_ca (--tls-ca FILE) "
+                                     "to connect with TLS, or insecure = true (--insecure) to send the worker's "
+                                     "token in plaintext")
+    state_dir = Path(v["state_dir"]).resolve()
     return WorkerConfig(
-        coordinator=args.coordinator,
-        token_file=Path(args.token_file),
-        worker_id=WorkerId(args.worker_id),
-        slots=args.slots,
+        coordinator=v["coordinator"],
+        token_file=Path(v["token_file"]).absolute(),
+        worker_id=WorkerId(v["worker_id"]),
+        slots=v["slots"],
         state_dir=state_dir,
         bench_root=bench_root,
-        work_dir=Path(args.work_dir).resolve() if args.work_dir else state_dir / "work",
-        cpu_millis=args.cpu_millis or machine_cpu_millis(),
-        memory_mb=args.memory_mb or machine_memory_mb(),
-        tls_ca=tls_ca,
-        insecure=args.insecure,
-        drain_timeout_s=args.drain_timeout_s,
-        flush_timeout_s=args.flush_timeout_s,
-        command_path=args.command_path,
-        log_level=args.log_level,
+        work_dir=Path(v["work_dir"]).resolve() if v["work_dir"] else state_dir / "work",
+        cpu_millis=v["cpu_millis"] or machine_cpu_millis(),
+        memory_mb=v["memory_mb"] or machine_memory_mb(),
+        tls_ca=Path(v["tls_ca"]).resolve() if v["tls_ca"] else None,
+        tls_cert=Path(v["tls_cert"]).resolve() if v["tls_cert"] else None,
+        tls_key=Path(v["tls_key"]).resolve() if v["tls_key"] else None,
+        insecure=v["insecure"],
+        drain_timeout_s=v["drain_timeout_s"],
+        flush_timeout_s=v["flush_timeout_s"],
+        command_path=v["command_path"],
+        log_level=v["log_level"],
+        metrics_listen=v["metrics_listen"],
         environ=MappingProxyType(dict(environ)),
+        notify=settings_from_environ(environ, pid),
     )
+
+
+def parse_worker_args(argv: Sequence[str], environ: Mapping[str, str], pid: int = 0,
+                      ) -> tuple[WorkerConfig, Resolved, bool]:
+    """(config, how each setting was resolved, whether --print-config was asked)."""
+    p = argparse.ArgumentParser(
+        prog=PROGRAM, description="run task groups for a fleet coordinator",
+        epilog="Settings come from --config FILE (TOML, keys as in docs/configuration.md), overridden by flags. "
+               "fleet-worker identity --bench-root DIR prints this machine's environment manifest "
+               "and id as JSON. SIGTERM or SIGINT drains (exit 0); a second signal stops at once.")
+    add_run_flags(p)
+    args = p.parse_args(list(argv))
+    r = resolve_args(args, environ)
+    return config_from(r, environ, pid or os.getpid()), r, bool(args.print_config)
 
 
 def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> WorkerConfig:
     """The config of `fleet-worker` run flags (without a subcommand)."""
-    p = argparse.ArgumentParser(
-        prog="fleet-worker", description="run task groups for a fleet coordinator",
-        epilog="fleet-worker identity --bench-root DIR prints this machine's environment manifest "
-               "and id as JSON. SIGTERM or SIGINT drains (exit 0); a second signal stops at once.")
-    add_run_flags(p)
-    return config_from_args(p.parse_args(list(argv)), environ)
+    return parse_worker_args(argv, environ)[0]
+
+
+def print_config(config: WorkerConfig, r: Resolved) -> str:
+    """The effective configuration as TOML that loads back to the same WorkerConfig (the
+    environment snapshot is not a setting and is never printed)."""
+    values = {s.key: r.values[s.key] for s in SETTINGS}
+    values.update(token_file=config.token_file, state_dir=config.state_dir, bench_root=config.bench_root,
+                  work_dir=config.work_dir, cpu_millis=config.cpu_millis, memory_mb=config.memory_mb,
+                  tls_ca=config.tls_ca, tls_cert=config.tls_cert, tls_key=config.tls_key)
+    notes = {key: f"from {r.source(key)}" for key in values if r.origin[key] is not None}
+    for key, what in (("work_dir", "STATE_DIR/work"), ("cpu_millis", "measured"), ("memory_mb", "measured")):
+        notes.setdefault(key, what)
+    watchdog = f"{config.notify.watchdog_usec // 1000} ms" if config.notify.watchdog_usec else "off"
+    header = (f"{PROGRAM}: effective configuration (defaults < environment < file < flags).\n"
+              f"Not settings, from the environment: NOTIFY_SOCKET {'set' if config.notify.socket else 'unset'}, "
+              f"watchdog {watchdog}; subjects' declared credentials.")
+    return render_toml(SETTINGS, values, header=header, notes=notes)

@@ -1,53 +1,47 @@
-"""`fleet-coordinator`: the daemon. Flags become one frozen Config; nothing else reads the
-environment. Start-up order: lock and open the store, recover (snapshot + log replay),
-start the actor, apply the recovery command, then serve. SIGTERM: health NOT_SERVING, stop
-accepting sessions, drain the actor, write a snapshot, exit 0.
+"""`fleet-coordinator`: the daemon. Flags, a TOML file (`--config`) and the environment become
+one frozen Config (coordinator/config.py); nothing else reads the environment. Start-up
+order: lock and open the store, recover (snapshot + log replay), start the actor, apply and
+commit the recovery command, bind, then tell systemd READY=1. While serving: a STATUS= line
+and, when systemd asks for one, WATCHDOG=1 at half its interval, each only after a query
+answered by the actor thread (a wedged actor stops the pings, and systemd restarts us).
+SIGHUP re-reads the token files. SIGTERM: STOPPING=1, health NOT_SERVING, stop accepting
+sessions, drain the actor, write a snapshot, exit 0.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import ipaddress
 import logging
+import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 
 import grpc
 import structlog
 
 from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
-from coordinator.actor import TICK_MS_DEFAULT, Actor, Request, recover_with_time
+from common.notify import Notifier
+from coordinator.actor import Actor, recover_with_time
 from coordinator.artifacts import ArtifactStore
 from coordinator.auth import TokenBook, ensure_token_file, read_token_file
+from coordinator.config import Config, ConfigFileError, is_loopback, parse, print_config
 from coordinator.core import commands as c
+from coordinator.core.state import State, WorkerStatus
 from coordinator.errors import StorageError, exit_code_for, fail_stop_line
 from coordinator.metrics import SAMPLE_EVERY_S, Metrics
 from coordinator.metrics import sample as sample_metrics
-from coordinator.servicer import AdminServicer, CoordinatorServicer, Hub
+from coordinator.servicer import AdminServicer, CoordinatorServicer, Hub, submit
 from coordinator.store import Store
 
 log = structlog.get_logger("fleet.coordinator")
 SHUTDOWN_GRACE_S = 3.0
+# Without a systemd watchdog the STATUS= line is still refreshed this often.
+STATUS_EVERY_S = 5.0
+EXIT_CONFIG = 2
 
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    data_dir: Path
-    listen: str
-    admin_token_file: Path | None
-    enroll_token_file: Path | None
-    tls_cert: Path | None
-    tls_key: Path | None
-    insecure: bool
-    map_size_mb: int
-    snapshot_every: int
-    tick_ms: int
-    log_level: str
-    metrics_listen: str = ""
+__all__ = ["Config", "is_loopback", "main", "serve"]
 
 
 def grpc_options() -> list[tuple[str, int]]:
@@ -63,40 +57,6 @@ def grpc_options() -> list[tuple[str, int]]:
     ]
 
 
-def is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_args(argv: list[str] | None) -> Config:
-    ap = argparse.ArgumentParser(prog="fleet-coordinator", description="The fleet coordinator daemon.")
-    ap.add_argument("--data-dir", type=Path, required=True, help="state: log, snapshots, artifacts, tokens")
-    ap.add_argument("--listen", default="127.0.0.1:7443", help="HOST:PORT (port 0 picks one; see DATA_DIR/listen.addr)")
-    ap.add_argument("--admin-token-file", type=Path, help="default DATA_DIR/admin.token, created when missing")
-    ap.add_argument("--enroll-token-file", type=Path, help="default DATA_DIR/enroll.token, created when missing")
-    ap.add_argument("--tls-cert", type=Path)
-    ap.add_argument("--tls-key", type=Path)
-    ap.add_argument("--insecure", action="store_true", help="allow plaintext on a non-loopback address")
-    ap.add_argument("--map-size-mb", type=int, default=limits.STORE_MAP_BYTES_MAX >> 20,
-                    help="ceiling of the LMDB map (grown on demand up to this)")
-    ap.add_argument("--snapshot-every", type=int, default=limits.SNAPSHOT_EVERY_RECORDS, help="records between snapshots")
-    ap.add_argument("--tick-ms", type=int, default=TICK_MS_DEFAULT, help="liveness and deadline check interval")
-    ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    ap.add_argument("--metrics-listen", default="", help="HOST:PORT for a Prometheus endpoint (off when empty)")
-    a = ap.parse_args(argv)
-    if bool(a.tls_cert) != bool(a.tls_key):
-        ap.error("--tls-cert and --tls-key go together")
-    if not a.tls_cert and not a.insecure and not is_loopback(a.listen):
-        ap.error(f"refusing plaintext on {a.listen}: give --tls-cert/--tls-key, or --insecure to accept the risk")
-    return Config(a.data_dir, a.listen, a.admin_token_file, a.enroll_token_file, a.tls_cert, a.tls_key, a.insecure,
-                  a.map_size_mb, a.snapshot_every, a.tick_ms, a.log_level, a.metrics_listen)
-
-
 def setup_logging(level: str) -> None:
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
@@ -109,20 +69,69 @@ def setup_logging(level: str) -> None:
 
 def load_tokens(cfg: Config) -> tuple[str, str]:
     out = []
-    for given, default in ((cfg.admin_token_file, "admin.token"), (cfg.enroll_token_file, "enroll.token")):
+    for given, default in ((cfg.admin_token_file, cfg.admin_token_path), (cfg.enroll_token_file, cfg.enroll_token_path)):
         if given is not None:
             out.append(read_token_file(given))
         else:
-            path = cfg.data_dir / default
-            token, created = ensure_token_file(path)
+            token, created = ensure_token_file(default)
             if created:
-                log.info("token_created", path=str(path), mode="0600")
+                log.info("token_created", path=str(default), mode="0600")
             out.append(token)
     return out[0], out[1]
 
 
+def server_credentials(cfg: Config) -> grpc.ServerCredentials:
+    """TLS; with `tls_client_ca`, every client must present a certificate from that CA (gRPC
+    cannot ask for one without requiring it), and worker sessions check the id it names."""
+    assert cfg.tls_cert is not None and cfg.tls_key is not None
+    pair = [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())]
+    if cfg.tls_client_ca is not None:
+        return grpc.ssl_server_credentials(pair, root_certificates=cfg.tls_client_ca.read_bytes(),
+                                           require_client_auth=True)
+    return grpc.ssl_server_credentials(pair)
+
+
+def status_counts(state: State) -> tuple[int, int, int]:
+    """(runs, runs with groups still to settle, active workers): a query on the actor thread."""
+    open_runs = sum(1 for r in state.runs.values() if r.settled_groups < len(r.groups))
+    active = sum(1 for w in state.workers.values() if w.status == WorkerStatus.ACTIVE)
+    return len(state.runs), open_runs, active
+
+
+async def status_line(actor: Actor, hub: Hub) -> str:
+    runs, open_runs, active = await submit(actor, query=status_counts)
+    return (f"serving {runs} run{'s' if runs != 1 else ''} ({open_runs} open), {active} worker"
+            f"{'s' if active != 1 else ''} active, {len(hub.sessions)} connected")
+
+
+async def _supervise(notifier: Notifier, actor: Actor, hub: Hub) -> None:
+    """STATUS= and WATCHDOG=1, each sent only after the actor answered a query."""
+    interval = notifier.watchdog_interval_s
+    period = min(interval, STATUS_EVERY_S) if interval else STATUS_EVERY_S
+    while True:
+        await asyncio.sleep(period)
+        try:
+            line = await status_line(actor, hub)
+        except Exception as e:  # an overloaded actor: this ping is skipped, the next may go
+            log.warning("status_query_failed", error=str(e))
+            continue
+        if interval:
+            notifier.watchdog(line)
+        else:
+            notifier.status(line)
+
+
 async def serve(cfg: Config, store: Store) -> int:
     loop = asyncio.get_running_loop()
+    notifier = Notifier(cfg.notify)
+    try:
+        return await _serve(cfg, store, notifier, loop)
+    finally:
+        notifier.close()
+
+
+async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.AbstractEventLoop) -> int:
+    notifier.status("recovering: replaying the log")
     state, index, last_now_ms = recover_with_time(store)
     admin_token, enroll_token = load_tokens(cfg)
     tokens = TokenBook(cfg.data_dir, admin_token, enroll_token)
@@ -141,7 +150,8 @@ async def serve(cfg: Config, store: Store) -> int:
     actor = Actor(store, state, index, deliver=lambda batch: loop.call_soon_threadsafe(hub.on_batch, batch),
                   tick_ms=cfg.tick_ms, on_commit=on_commit, last_now_ms=last_now_ms)
     actor.start()
-    actor.submit(Request(make=lambda now: c.CoordinatorRecovered(now)))
+    # Committed before READY=1: "ready" means recovered, on disk, and bound.
+    await submit(actor, make=lambda now: c.CoordinatorRecovered(now))
 
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
@@ -149,7 +159,8 @@ async def serve(cfg: Config, store: Store) -> int:
     server = grpc.aio.server(options=grpc_options())
     incarnation = time.time_ns() // 1_000_000
     coordinator_pb2_grpc.add_CoordinatorServicer_to_server(
-        CoordinatorServicer(actor, hub, tokens, artifacts, incarnation, metrics), server)
+        CoordinatorServicer(actor, hub, tokens, artifacts, incarnation, metrics,
+                            client_identity=cfg.tls_client_ca is not None), server)
     admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(actor, hub, tokens, artifacts), server)
     health_servicer = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -157,40 +168,52 @@ async def serve(cfg: Config, store: Store) -> int:
              admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
              health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
-    if cfg.tls_cert:
-        creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
-        port = server.add_secure_port(cfg.listen, creds)
+    try:
+        if cfg.tls_cert:
+            port = server.add_secure_port(cfg.listen, server_credentials(cfg))
+        else:
+            port = server.add_insecure_port(cfg.listen)
+    except RuntimeError as e:  # grpc raises instead of returning 0 in some versions
+        port, bind_error = 0, str(e)
     else:
-        port = server.add_insecure_port(cfg.listen)
+        bind_error = ""
     if port == 0:
-        print(f"fleet-coordinator: cannot listen on {cfg.listen}", file=sys.stderr)
-        return 2
+        print(f"fleet-coordinator: cannot listen on {cfg.listen}{': ' + bind_error if bind_error else ''}",
+              file=sys.stderr)
+        await asyncio.to_thread(actor.stop)
+        return EXIT_CONFIG
     await server.start()
     host = cfg.listen.rsplit(":", 1)[0]
     address = f"{host}:{port}"
     (cfg.data_dir / "listen.addr").write_text(address + "\n")
     for name in names[:2] + ("",):
         await _set_health(health_servicer, name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("listening", address=address, tls=bool(cfg.tls_cert), data_dir=str(cfg.data_dir),
-             admin_token_file=str(cfg.admin_token_file or cfg.data_dir / "admin.token"),
-             enroll_token_file=str(cfg.enroll_token_file or cfg.data_dir / "enroll.token"))
+    log.info("listening", address=address, tls=bool(cfg.tls_cert), client_certs=cfg.tls_client_ca is not None,
+             data_dir=str(cfg.data_dir), admin_token_file=str(cfg.admin_token_path),
+             enroll_token_file=str(cfg.enroll_token_path), notify=notifier.enabled,
+             watchdog_interval_s=notifier.watchdog_interval_s)
 
-    sampler = None
-    if cfg.metrics_listen:
-        metrics_port = metrics.serve(cfg.metrics_listen)
-        log.info("metrics_listening", address=f"{cfg.metrics_listen.rpartition(':')[0]}:{metrics_port}")
-        sampler = asyncio.create_task(_sample_metrics(actor, hub, metrics))
+    async with asyncio.TaskGroup() as tg:
+        sampler = None
+        if cfg.metrics_listen:
+            metrics_port = metrics.serve(cfg.metrics_listen)
+            log.info("metrics_listening", address=f"{cfg.metrics_listen.rpartition(':')[0]}:{metrics_port}")
+            sampler = tg.create_task(_sample_metrics(actor, hub, metrics))
+        supervisor = tg.create_task(_supervise(notifier, actor, hub)) if notifier.enabled else None
+        notifier.ready(await status_line(actor, hub))
 
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload_tokens(cfg, tokens))
-    await stop.wait()
-    log.info("shutting_down")
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: _reload_tokens(cfg, tokens, notifier))
+        await stop.wait()
+        notifier.stopping("stopping: draining sessions and the actor")
+        log.info("shutting_down")
+        for task in (sampler, supervisor):
+            if task is not None:
+                task.cancel()
     for name in names[:2] + ("",):
         await _set_health(health_servicer, name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    if sampler is not None:
-        sampler.cancel()
     await server.stop(SHUTDOWN_GRACE_S)
     await asyncio.to_thread(actor.stop)
     log.info("stopped", last_index=store.last_index)
@@ -199,11 +222,13 @@ async def serve(cfg: Config, store: Store) -> int:
 
 async def _sample_metrics(actor: Actor, hub: Hub, metrics: Metrics) -> None:
     """Refresh the state gauges from a read-only query on the actor thread."""
-    from coordinator.servicer import submit
-
     while True:
-        s = await submit(actor, query=sample_metrics)
-        metrics.apply(s, len(hub.sessions))
+        try:
+            s = await submit(actor, query=sample_metrics)
+        except Exception as e:  # an overloaded actor: keep the last sample, serving matters more
+            log.warning("metrics_sample_failed", error=str(e))
+        else:
+            metrics.apply(s, len(hub.sessions))
         await asyncio.sleep(SAMPLE_EVERY_S)
 
 
@@ -213,20 +238,32 @@ async def _set_health(servicer: object, name: str, status: int) -> None:
         await result
 
 
-def _reload_tokens(cfg: Config, tokens: TokenBook) -> None:
+def _reload_tokens(cfg: Config, tokens: TokenBook, notifier: Notifier) -> None:
+    """SIGHUP: the token files again; a failure keeps the tokens in force and says why."""
     try:
         tokens.reload(*load_tokens(cfg))
-        log.info("tokens_reloaded")
     except (OSError, ValueError) as e:
         log.error("tokens_reload_failed", error=str(e))
+        notifier.status(f"token reload failed, old tokens kept: {e}")
+        return
+    log.info("tokens_reloaded", admin_token_file=str(cfg.admin_token_path),
+             enroll_token_file=str(cfg.enroll_token_path))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     if not __debug__:
         print("fleet-coordinator: refusing to run under python -O: assertions are its invariant checks",
               file=sys.stderr)
-        return 2
-    cfg = parse_args(argv)
+        return EXIT_CONFIG
+    environ = dict(os.environ)  # the one read of the environment
+    try:
+        cfg, resolved, show = parse(argv, environ, os.getpid())
+    except ConfigFileError as e:
+        print(f"fleet-coordinator: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    if show:
+        sys.stdout.write(print_config(cfg, resolved))
+        return 0
     setup_logging(cfg.log_level)
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     try:

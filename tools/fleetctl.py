@@ -34,17 +34,21 @@ class CtlError(Exception):
     pass
 
 
-def channel(address: str, tls_ca: Path | None) -> grpc.Channel:
+def channel(address: str, tls_ca: Path | None, tls_cert: Path | None = None,
+            tls_key: Path | None = None) -> grpc.Channel:
     options = [("grpc.max_send_message_length", limits.SPEC_BYTES_MAX),
                ("grpc.max_receive_message_length", limits.SPEC_BYTES_MAX)]
     if tls_ca is not None:
-        return grpc.secure_channel(address, grpc.ssl_channel_credentials(tls_ca.read_bytes()), options=options)
+        creds = grpc.ssl_channel_credentials(tls_ca.read_bytes(), tls_key.read_bytes() if tls_key else None,
+                                             tls_cert.read_bytes() if tls_cert else None)
+        return grpc.secure_channel(address, creds, options=options)
     return grpc.insecure_channel(address, options=options)
 
 
 class Admin:
-    def __init__(self, address: str, token: str, tls_ca: Path | None = None) -> None:
-        self.channel = channel(address, tls_ca)
+    def __init__(self, address: str, token: str, tls_ca: Path | None = None, tls_cert: Path | None = None,
+                 tls_key: Path | None = None) -> None:
+        self.channel = channel(address, tls_ca, tls_cert, tls_key)
         self.stub = admin_pb2_grpc.AdminStub(self.channel)
         self.metadata = (("authorization", f"Bearer {token}"),)
         self.address = address
@@ -210,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--coordinator", default="127.0.0.1:7443", help="HOST:PORT of the coordinator")
     ap.add_argument("--token-file", type=Path, help="the admin token (the coordinator's DATA_DIR/admin.token)")
     ap.add_argument("--tls-ca", type=Path, help="CA certificate to verify a TLS coordinator")
+    ap.add_argument("--tls-cert", type=Path, help="client certificate, for a coordinator with tls_client_ca")
+    ap.add_argument("--tls-key", type=Path, help="private key of --tls-cert")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("submit", help="freeze a spec as a run; prints the run id")
     p.add_argument("spec", type=Path)
@@ -270,7 +276,9 @@ def run(args: argparse.Namespace) -> int:
         token = args.token_file.read_text().strip()
     except OSError as e:
         raise CtlError(f"cannot read the token file: {e}") from None
-    admin = Admin(args.coordinator, token, args.tls_ca)
+    if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_cert and not args.tls_ca):
+        raise CtlError("--tls-cert and --tls-key go together, and need --tls-ca")
+    admin = Admin(args.coordinator, token, args.tls_ca, args.tls_cert, args.tls_key)
     try:
         if args.cmd == "submit":
             try:

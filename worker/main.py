@@ -5,6 +5,11 @@ flush the outbox, say Goodbye); 2 when the operator must act (a bad flag, a stat
 in use or bound to another worker id, the coordinator refusing this worker for good:
 bad token, environment mismatch, stale incarnation); 1 on a storage failure or a bug
 (fail-stop: the outbox on disk is what survives); 128+N after a second signal N.
+
+systemd (Type=notify): READY=1 after the first Welcome; STATUS= with the connection, busy
+slots and outbox depth; WATCHDOG=1 at half of WATCHDOG_USEC while the event loop runs;
+STOPPING=1 when a drain begins. Settings come from flags and `--config FILE` (worker/config.py);
+`--print-config` prints the effective ones and exits 0.
 """
 from __future__ import annotations
 
@@ -14,16 +19,24 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 
-from worker.config import ConfigError, WorkerConfig, parse_config
+from common.notify import Notifier
+from common.tomlconfig import ConfigFileError
+from worker.config import ConfigError, WorkerConfig, parse_worker_args, print_config
+
+if TYPE_CHECKING:
+    from worker.session import WorkerSession
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_OPERATOR = 2
 
 log = structlog.get_logger("worker.main")
+# Without a systemd watchdog the STATUS= line is still refreshed this often.
+STATUS_EVERY_S = 5.0
 
 
 def _say(message: str) -> None:
@@ -67,6 +80,8 @@ async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> i
                  coordinator=config.coordinator, environment_id=env_id, tls=not config.plaintext,
                  outbox_depth=state.depth)
         session = WorkerSession(config, state, manifest=manifest, environment_id=env_id)
+        notifier = Notifier(config.notify)
+        notifier.status("connecting to " + config.coordinator)
         received: list[int] = []
         if install_signals:
             loop = asyncio.get_running_loop()
@@ -75,6 +90,7 @@ async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> i
                 received.append(signum)
                 if len(received) == 1:
                     log.info("signal: draining", signal=signal.Signals(signum).name)
+                    notifier.stopping("draining: " + session.status_line())
                     session.drain()
                 else:
                     log.warning("second signal: stopping now", signal=signal.Signals(signum).name)
@@ -82,6 +98,8 @@ async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> i
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal, sig)
+        # Owned here: cancelled and awaited in the finally below, whatever `run` raises.
+        supervisor = asyncio.create_task(_supervise(notifier, session))
         try:
             ended = await session.run()
         except Refused as r:
@@ -91,11 +109,37 @@ async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> i
         except ConfigError as e:
             log.error("configuration problem", problem=str(e))
             return EXIT_OPERATOR
+        finally:
+            supervisor.cancel()
+            await asyncio.gather(supervisor, return_exceptions=True)
+            notifier.stopping()
+            notifier.close()
         if ended is Ended.ABORTED:
             return 128 + (received[-1] if received else signal.SIGTERM)
         return EXIT_OK
     finally:
         state.close()
+
+
+async def _supervise(notifier: Notifier, session: WorkerSession) -> None:
+    """READY=1 at the first Welcome, then STATUS= (and WATCHDOG=1 when systemd asks)."""
+    if not notifier.enabled:
+        return
+    await session.welcomed.wait()
+    notifier.ready(session.status_line())
+    interval = notifier.watchdog_interval_s
+    period = min(interval, STATUS_EVERY_S) if interval else STATUS_EVERY_S
+    stopping_sent = False
+    while True:
+        await asyncio.sleep(period)
+        line = session.status_line()
+        if session.draining and not stopping_sent:
+            notifier.stopping(line)  # a drain asked by the coordinator, not by a signal
+            stopping_sent = True
+        if interval:
+            notifier.watchdog(line)
+        else:
+            notifier.status(line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,10 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "identity":
         return identity_main(argv[1:])
     try:
-        config = parse_config(argv, os.environ)
-    except ConfigError as e:
+        config, resolved, show = parse_worker_args(argv, dict(os.environ), os.getpid())
+    except ConfigFileError as e:
         _say(str(e))
         return EXIT_OPERATOR
+    if show:
+        sys.stdout.write(print_config(config, resolved))
+        return EXIT_OK
     from worker.logging_setup import configure
 
     configure(config.worker_id, config.log_level)

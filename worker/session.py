@@ -322,10 +322,13 @@ class WorkerSession:
         self._draining = asyncio.Event()  # set once the drain's deadline is known
         self._drain_deadline = 0.0
         self._token = ""
+        self._has_credential = False  # until then the token file is re-read before each connect
         self._heartbeat_interval_s = HEARTBEAT_INTERVAL_MS_DEFAULT / 1000
         self._groups: asyncio.TaskGroup | None = None
         self._log = log.bind(worker=config.worker_id)
         self.streams_opened = 0
+        self.connected = False  # a stream is open and welcomed
+        self.welcomed = asyncio.Event()  # set at the first Welcome (sd_notify READY=1)
 
     # ---- control --------------------------------------------------------------------------
 
@@ -340,6 +343,18 @@ class WorkerSession:
     @property
     def held_assignment_ids(self) -> list[AssignmentId]:
         return list(self._held)
+
+    @property
+    def draining(self) -> bool:
+        return self._drain_requested.is_set()
+
+    def status_line(self) -> str:
+        """One line for systemd's STATUS=: connection, busy slots, outbox depth."""
+        state = "connected" if self.connected else "connecting"
+        if self.draining:
+            state = "draining, " + state
+        busy = sum(1 for h in self._held.values() if h.running)
+        return f"{state}, {busy}/{self._config.slots} slots busy, outbox {self._state.depth}"
 
     def _notify(self) -> None:
         """Wake everyone waiting for a change of the held set or the outbox."""
@@ -402,7 +417,11 @@ class WorkerSession:
     def _initial_token(self) -> str:
         credential = self._state.load_credential()
         if credential:
+            self._has_credential = True
             return credential
+        return self._read_token_file()
+
+    def _read_token_file(self) -> str:
         try:
             token = self._config.token_file.read_text().strip()
         except OSError as e:
@@ -441,7 +460,11 @@ class WorkerSession:
     def _channel(self) -> grpc.aio.Channel:
         target = self._config.coordinator
         if self._config.tls_ca is not None:
-            creds = grpc.ssl_channel_credentials(root_certificates=self._config.tls_ca.read_bytes())
+            cert, key = self._config.tls_cert, self._config.tls_key
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=self._config.tls_ca.read_bytes(),
+                private_key=key.read_bytes() if key is not None else None,
+                certificate_chain=cert.read_bytes() if cert is not None else None)
             return grpc.aio.secure_channel(target, creds, options=channel_options())
         return grpc.aio.insecure_channel(target, options=channel_options())
 
@@ -493,6 +516,8 @@ class WorkerSession:
     async def _connect_loop(self, channel: grpc.aio.Channel) -> None:
         failures = 0
         while not self._goodbye.is_set():
+            if not self._has_credential and self.streams_opened:
+                await self._reread_token_file()
             outcome = await self._stream_once(channel)
             if outcome == "closed":
                 return
@@ -506,6 +531,18 @@ class WorkerSession:
                 await asyncio.wait_for(self._goodbye.wait(), delay_ms / 1000)
             except TimeoutError:
                 pass
+
+    async def _reread_token_file(self) -> None:
+        """Token rotation: a worker not yet enrolled reads the enrollment token again before
+        each connection; a file being replaced (unreadable for a moment) keeps the last one."""
+        try:
+            token = await asyncio.to_thread(self._read_token_file)
+        except ConfigError as e:
+            self._log.warning("token file unreadable; using the last token read", problem=str(e))
+            return
+        if token != self._token:
+            self._log.info("token file changed; using the new token")
+            self._token = token
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self._token}"), ("x-fleet-worker-id", self._config.worker_id))
@@ -548,6 +585,7 @@ class WorkerSession:
             self._log.warning("stream ended", stream=s.number, welcomed=welcomed,
                               cause="; ".join(dict.fromkeys(_describe(e) for e in leaves)))
         finally:
+            self.connected = False
             s.close()
         return "welcomed" if welcomed else "failed"
 
@@ -581,6 +619,7 @@ class WorkerSession:
             # not leave the worker with a spent enrollment token only.
             await asyncio.to_thread(self._state.save_credential, welcome.worker_credential)
             self._token = welcome.worker_credential
+            self._has_credential = True
             self._log.info("worker credential issued and saved")
         interval_ms = welcome.heartbeat_interval_ms or HEARTBEAT_INTERVAL_MS_DEFAULT
         interval_ms = max(HEARTBEAT_INTERVAL_MS_MIN, min(HEARTBEAT_INTERVAL_MS_MAX, interval_ms))
@@ -588,6 +627,8 @@ class WorkerSession:
         self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,
                        heartbeat_interval_ms=interval_ms, outbox_depth=self._state.depth,
                        held=len(self._held))
+        self.connected = True
+        self.welcomed.set()
 
     def _heartbeat(self) -> coordinator_pb2.Heartbeat:
         return coordinator_pb2.Heartbeat(

@@ -31,8 +31,8 @@ from coordinator.core.effects import (
     RevokeAssignment,
     Transition,
 )
-from coordinator.core.invariants import Monitor, check
-from coordinator.core.state import AttemptState, State, WorkerStatus, durable_fingerprint
+from coordinator.core.invariants import Monitor
+from coordinator.core.state import AttemptState, State, durable_fingerprint
 
 ENV = "env-test"
 OTHER_ENV = "env-other"

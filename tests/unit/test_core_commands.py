@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.evidence import Execution, Report, Usage, Verification
+from common.evidence import Execution, Usage, Verification
 from common.ids import AssignmentId, WorkerId, attempt_id_for
 from common.rejections import Rejection
 from coordinator.core import commands as c

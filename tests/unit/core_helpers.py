@@ -49,12 +49,12 @@ DEADLINE_MS = 10_000
 
 
 def spec_doc(tasks: int = 2, subjects: int = 2, repetitions: int = 1, cap: int = 4,
-             name: str = "toy") -> dict[str, Any]:
+             name: str = "toy", task_prefix: str = "t") -> dict[str, Any]:
     return {
         "benchmark": {"name": name, "version": "1"},
         "executor": {"kind": "command"},
         "subjects": [{"id": f"s{i}", "command": "solve"} for i in range(subjects)],
-        "tasks": [{"id": f"t{i}"} for i in range(tasks)],
+        "tasks": [{"id": f"{task_prefix}{i}"} for i in range(tasks)],
         "repetitions": repetitions,
         "budget": {"timeoutSeconds": 10},
         "verifier": {"command": "verify", "timeoutSeconds": 5},

@@ -214,7 +214,8 @@ class Core:
     def register(self, wid: str, slots: int = 1, incarnation: int = 1, env: str = ENV, *,
                  cpu_millis: int = 0, memory_mb: int = 0, owned: tuple = (), buffered: tuple = ()) -> Transition:
         return self.apply(c.WorkerRegistered(self.now, WorkerId(wid), incarnation, slots, env,
-                                             cpu_millis, memory_mb, tuple(owned), tuple(buffered)))
+                                             cpu_millis=cpu_millis, memory_mb=memory_mb, owned=tuple(owned),
+                                             buffered=tuple(buffered)))
 
     def heartbeat(self, wid: str, owned: tuple | None = None) -> Transition:
         """A heartbeat listing what the worker holds, unless `owned` says otherwise."""

@@ -318,6 +318,18 @@ def test_the_first_dispatched_worker_pins_the_environment_when_the_policy_leaves
     k.assert_replays()
 
 
+@pytest.mark.xfail(strict=True, reason="core bug: the run's environment is pinned at its first dispatch, not by the "
+                                       "first admitted worker, so a worker of another environment admitted before "
+                                       "the first dispatch is never refused and idles forever")
+def test_the_first_admitted_worker_pins_the_environment_even_before_any_dispatch():
+    # policy.py and machine.py both say "the first admitted worker pins it for the run".
+    k = Core(make_spec(tasks=4, subjects=1), make_policy(required_environment_id=""))
+    k.pause()  # nothing is dispatched, so nothing is pinned by a dispatch
+    assert k.register("w1", env="env-a").outcome == ACCEPTED
+    t = k.register("w2", env="env-b")
+    assert rejected_with(t, Rejection.ENVIRONMENT_MISMATCH)
+
+
 # --- WorkerRegistered: incarnations -----------------------------------------------------------
 
 @pytest.mark.parametrize("incarnation, outcome, still_draining", [

@@ -100,7 +100,8 @@ def register(wid: str = "w9", slots: int = 1, env: str = ENV, incarnation: int =
              cpu_millis: int = 0, memory_mb: int = 0) -> Callable[[], tuple[Core, object]]:
     def build():
         k = Core(policy=make_policy(**(policy or {})))
-        return k, c.WorkerRegistered(k.now, WorkerId(wid), incarnation, slots, env, cpu_millis, memory_mb)
+        return k, c.WorkerRegistered(k.now, WorkerId(wid), incarnation, slots, env,
+                                     cpu_millis=cpu_millis, memory_mb=memory_mb)
     return build
 
 

@@ -97,18 +97,19 @@ def check(state: State) -> list[str]:
 class Monitor:
     """Checks across steps: selections are immutable, attempt ids unique forever."""
 
-    selected: dict[str, str] = field(default_factory=dict)
+    selected: dict[tuple[str, str], str] = field(default_factory=dict)  # (run, cell) -> attempt
     attempts_seen: dict[str, str] = field(default_factory=dict)
 
     def observe(self, state: State) -> list[str]:
         bad = check(state)
         for run in state.runs.values():
             for cell in run.cells.values():
+                key = (run.run_id, cell.cell_id)
                 if cell.selected is None:
-                    if cell.cell_id in self.selected:
-                        bad.append(f"cell {cell.cell_id} lost its selected result {self.selected[cell.cell_id]}")
+                    if key in self.selected:
+                        bad.append(f"cell {cell.cell_id} lost its selected result {self.selected[key]}")
                     continue
-                before = self.selected.setdefault(cell.cell_id, cell.selected)
+                before = self.selected.setdefault(key, cell.selected)
                 if before != cell.selected:
                     bad.append(f"cell {cell.cell_id} selection changed from {before} to {cell.selected}")
         for tid, t in state.attempts.items():

@@ -164,8 +164,12 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
     state.version += 1
     for run in state.runs.values():
-        if not run.settled and run.peak_slots_offered < state.slots_active:
+        if run.settled:
+            continue
+        if run.peak_slots_offered < state.slots_active:
             run.peak_slots_offered = state.slots_active
+        if not run.environment_id:  # the first admitted worker pins the run
+            run.environment_id = _environment_for(run.policy, worker.environment_id, worker.cell_environment_id)
     _refresh_free(state, worker)
     fx.append(Emit("worker_registered", None, worker.worker_id,
                    f"incarnation {worker.incarnation}, {worker.slots} slots, {worker.environment_id}"))
@@ -544,7 +548,7 @@ def _disconnected(state: State, cmd: c.WorkerDisconnected) -> Transition:
 def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
     now = cmd.now_ms
     timing = _timing(state)
-    expiry_frozen = any(r.paused for r in state.runs.values())
+    expiry_frozen = any(r.paused and not r.settled for r in state.runs.values())
     fx: list = []
     durable: list = []
     for worker in list(state.workers.values()):
@@ -686,7 +690,7 @@ def _pick_worker(state: State, run: RunState) -> WorkerState | None:
 def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerState, now: int, fx: Fx) -> None:
     pending = _pending_cells(run, group)
     assert pending and group.status == GroupStatus.WAITING, f"dispatch of {group.group_id} with nothing to run"
-    if not run.environment_id:  # the first admitted worker pins the run
+    if not run.environment_id:  # submitted after its first worker registered: that worker pins it
         run.environment_id = _environment_for(run.policy, worker.environment_id, worker.cell_environment_id)
     group.generation += 1
     aid = assignment_id_for(run.run_id, group.group_id, group.generation)

@@ -318,9 +318,6 @@ def test_the_first_dispatched_worker_pins_the_environment_when_the_policy_leaves
     k.assert_replays()
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: the run's environment is pinned at its first dispatch, not by the "
-                                       "first admitted worker, so a worker of another environment admitted before "
-                                       "the first dispatch is never refused and idles forever")
 def test_the_first_admitted_worker_pins_the_environment_even_before_any_dispatch():
     # policy.py and machine.py both say "the first admitted worker pins it for the run".
     k = Core(make_spec(tasks=4, subjects=1), make_policy(required_environment_id=""))
@@ -1041,8 +1038,6 @@ def test_a_second_run_is_dispatched_after_the_first_in_submission_order():
     k.assert_replays()
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: a paused run that has settled still freezes expiry for every "
-                                       "worker (ClockTicked checks any(r.paused), settled runs included)")
 def test_a_settled_paused_run_does_not_freeze_expiry_for_another_run():
     k = Core(make_spec(tasks=1, subjects=1))
     [p0] = pushes(k.register("w1"))
@@ -1058,8 +1053,6 @@ def test_a_settled_paused_run_does_not_freeze_expiry_for_another_run():
     assert k.held("w2") and k.state.assignments[k.held("w2")[0]].run_id == other
 
 
-@pytest.mark.xfail(strict=True, reason="invariants bug: Monitor keys selections by cell id alone, so two runs with "
-                                       "the same task and subject ids look like a lost selection")
 def test_the_monitor_tells_the_cells_of_two_runs_apart():
     k = Core(make_spec(tasks=1, subjects=1))
     [p0] = pushes(k.register("w1", slots=2))

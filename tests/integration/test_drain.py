@@ -15,11 +15,14 @@ def test_fleetctl_drain_finishes_running_groups_and_exits_zero(tmp_path: Path) -
     try:
         cluster.start_coordinator()
         w1 = cluster.start_worker("w1", slots=1)
-        run_id = cluster.submit(intbench_spec(6, ("slow",), cap=2))
+        log = tmp_path / "executions.log"
+        spec = intbench_spec(6, ("slow",), cap=2)
+        spec["subjects"][0]["args"].append(str(log))
+        run_id = cluster.submit(spec)
         deadline = time.monotonic() + 30
-        while not any(w["busy_slots"] for w in cluster.status()["workers"]):
+        while not (log.exists() and "start" in log.read_text()):  # a group is really running
             assert time.monotonic() < deadline, cluster.tails()
-            time.sleep(0.1)
+            time.sleep(0.05)
         admin = cluster.admin()
         try:
             resp = admin.call("DrainWorker", admin_pb2.DrainWorkerRequest(worker_id="w1"))
@@ -44,11 +47,15 @@ def test_sigterm_past_the_drain_deadline_hands_groups_back_for_immediate_redispa
     try:
         cluster.start_coordinator()
         w1 = cluster.start_worker("w1", slots=1, extra=("--drain-timeout-s", "1"))
-        run_id = cluster.submit(intbench_spec(1, ("hang",), cap=1), policy)
+        log = tmp_path / "executions.log"
+        spec = intbench_spec(1, ("hang",), cap=1)
+        spec["subjects"][0]["args"].append(str(log))  # the subject writes "start" when it runs
+        run_id = cluster.submit(spec, policy)
         deadline = time.monotonic() + 30
-        while not any(w["busy_slots"] for w in cluster.status()["workers"]):
+        # Wait for the subject itself, not the coordinator's view: the group must be running.
+        while not (log.exists() and "start" in log.read_text()):
             assert time.monotonic() < deadline, cluster.tails()
-            time.sleep(0.1)
+            time.sleep(0.05)
         cluster.start_worker("w2", slots=1)
         stopped = time.monotonic()
         assert w1.term(30) == 0, w1.tail()

@@ -80,6 +80,11 @@ async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> i
                  coordinator=config.coordinator, environment_id=env_id, tls=not config.plaintext,
                  outbox_depth=state.depth)
         session = WorkerSession(config, state, manifest=manifest, environment_id=env_id)
+        if config.metrics_listen:
+            from worker.metrics import serve as serve_metrics
+
+            port = serve_metrics(config.metrics_listen, session, state)
+            log.info("metrics listening", address=f"{config.metrics_listen.rpartition(':')[0]}:{port}")
         notifier = Notifier(config.notify)
         notifier.status("connecting to " + config.coordinator)
         received: list[int] = []

@@ -53,3 +53,28 @@ def test_metrics_follow_a_run(tmp_path: Path) -> None:
     assert m["fleet_slot_refill_seconds_count"] >= 6  # 8 groups on 2 slots: at least 6 refills
     assert m["fleet_artifact_bytes_stored_total"] > 0
     assert any(k.startswith("fleet_workers{") for k in m)
+
+
+def test_the_worker_serves_its_own_metrics(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    port = free_port()
+    try:
+        cluster.start_coordinator()
+        cluster.start_worker("w1", slots=2, extra=("--metrics-listen", f"127.0.0.1:{port}"))
+        run_id = cluster.submit(intbench_spec(4, ("good",), cap=2))
+        cluster.wait_settled(run_id, 60)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                m = scrape(port)
+                if m.get("fleet_worker_outbox_depth") == 0 and m.get("fleet_worker_held_groups") == 0:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, cluster.tails()
+            time.sleep(0.2)
+    finally:
+        cluster.stop_all()
+    assert m["fleet_worker_running_cells"] == 0
+    assert m["fleet_worker_streams_opened_total"] >= 1
+    assert m["fleet_worker_incarnation"] == 1

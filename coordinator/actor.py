@@ -52,6 +52,7 @@ class Request:
     make: Callable[[int], object] | None = None
     query: Callable[[State], Any] | None = None
     done: Callable[[Any], None] | None = None
+    many: list[Callable[[int], object]] | None = None  # several commands; `done` gets their Transitions
 
 
 @dataclass(slots=True)
@@ -243,6 +244,19 @@ class Actor:
                 value = req.query(state)
                 if req.done is not None:
                     out.completions.append((req.done, value))
+                continue
+            if req.many is not None:
+                transitions = []
+                for make in req.many:
+                    now = self._now()
+                    state, t = step(state, make(now))
+                    for durable in t.durable:
+                        self._index += 1
+                        records.append(encode_record(self._index, durable))
+                    effects.extend((now, e) for e in t.effects)
+                    transitions.append(t)
+                if req.done is not None:
+                    out.completions.append((req.done, transitions))
                 continue
             assert req.make is not None
             now = self._now()

@@ -27,6 +27,7 @@ import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from common.ids import DIGEST_PREFIX, Digest, is_digest
 from common.limits import (
@@ -61,6 +62,7 @@ class ArtifactStore:
     """See the module docstring. `root` is normally `data_dir / "artifacts"`."""
 
     def __init__(self, root: Path) -> None:
+        self._hashing: dict[str, tuple[int, Any]] = {}  # upload key -> (bytes hashed, sha256)
         self._root = Path(root)
         self._sha_dir = self._root / SHA256_DIR_NAME
         self._tmp_dir = self._root / TMP_DIR_NAME
@@ -195,9 +197,22 @@ class ArtifactStore:
                     view = view[n:]
                     at += n
                 os.fsync(fd)
+                self._hash_forward(upload_key, offset, data)
                 return at
             finally:
                 os.close(fd)
+
+    def _hash_forward(self, upload_key: str, offset: int, data: bytes) -> None:
+        """Hash as the bytes arrive, so `finish` need not read the file back. Memory only: a
+        resumed upload (a new process, or a chunk out of step) is hashed from disk instead."""
+        if offset == 0:
+            self._hashing[upload_key] = (0, hashlib.sha256())
+        known = self._hashing.get(upload_key)
+        if known is None or known[0] != offset:
+            self._hashing.pop(upload_key, None)
+            return
+        known[1].update(data)
+        self._hashing[upload_key] = (offset + len(data), known[1])
 
     def finish(self, upload_key: str) -> tuple[Digest, int]:
         """Check length and digest, then move the upload into place durably."""
@@ -218,11 +233,15 @@ class ArtifactStore:
                 raise UploadRejected(Rejection.LENGTH_MISMATCH,
                                      f"upload {upload_key!r} has {length} bytes, declared "
                                      f"{total_length}")
-            h = hashlib.sha256()
-            with open(part, "rb") as f:
-                while chunk := f.read(READ_CHUNK_BYTES):
-                    h.update(chunk)
-                os.fsync(f.fileno())
+            hashed = self._hashing.pop(upload_key, None)
+            if hashed is not None and hashed[0] == total_length:
+                h = hashed[1]  # every byte was hashed on its way in, and fsynced by write()
+            else:
+                h = hashlib.sha256()
+                with open(part, "rb") as f:
+                    while chunk := f.read(READ_CHUNK_BYTES):
+                        h.update(chunk)
+                    os.fsync(f.fileno())
             actual = DIGEST_PREFIX + h.hexdigest()
             if actual != digest:
                 self._discard(part, decl)
@@ -241,6 +260,7 @@ class ArtifactStore:
 
     def abandon(self, upload_key: str) -> None:
         """Forget an upload in progress (its bytes and declaration)."""
+        self._hashing.pop(upload_key, None)
         part, decl = self._tmp_paths(upload_key)
         with _io("abandoning an upload", part):
             self._discard(part, decl)

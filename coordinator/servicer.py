@@ -38,6 +38,9 @@ from coordinator.metrics import Metrics
 log = structlog.get_logger("fleet.servicer")
 HELLO_TIMEOUT_S = 30
 WATCH_QUEUE_EVENTS_MAX = 1_000
+# Heartbeats of all sessions are handed to the actor together at most this often: 1,000
+# workers beating once a second cost a few actor wake-ups a second, not a thousand.
+HEARTBEAT_COALESCE_MS = 50
 DEAD_LETTERS_KEPT_MAX = 10_000
 SUBMIT_RETRY_S = 0.002
 
@@ -94,6 +97,8 @@ class Hub:
         self.sessions: dict[str, Session] = {}
         self.watchers: list[tuple[str | None, asyncio.Queue]] = []
         self.dead_letters: list[tuple[str, str, str]] = []
+        self.heartbeats: dict[str, tuple[Session, tuple]] = {}  # worker -> latest, not yet applied
+        self.heartbeat_flush: asyncio.TimerHandle | None = None
         self.on_event: list[Callable[[Emit, int], None]] = []
 
     def attach(self, session: Session) -> None:
@@ -312,13 +317,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         wid = WorkerId(session.worker_id)
         seq = frame.seq
         if kind == "heartbeat":
-            owned = tuple(AssignmentId(a) for a in frame.heartbeat.owned_assignment_ids)
-
-            def on_heartbeat(t: Transition) -> None:
-                if t.outcome.rejection == Rejection.WORKER_NOT_ACTIVE:
-                    session.cut(f"{t.outcome.detail}")
-
-            await _put(self.actor, Request(make=lambda now: c.HeartbeatReceived(now, wid, owned), done=on_heartbeat))
+            # Coalesced: only the latest heartbeat of each worker matters, and all of them go
+            # to the actor in one request.
+            self.hub.heartbeats[wid] = (session, tuple(AssignmentId(a) for a in frame.heartbeat.owned_assignment_ids))
+            if self.hub.heartbeat_flush is None:
+                loop = asyncio.get_running_loop()
+                self.hub.heartbeat_flush = loop.call_later(HEARTBEAT_COALESCE_MS / 1000, self._flush_heartbeats)
         elif kind == "cell_report":
             r = frame.cell_report
             report = codec.decode_report(r.report)
@@ -346,6 +350,22 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             raise FrameError(Rejection.MALFORMED_FRAME, "hello is sent once, as the first frame of a session")
         else:
             raise FrameError(Rejection.MALFORMED_FRAME, f"frame without a known body ({kind})")
+
+    def _flush_heartbeats(self) -> None:
+        self.hub.heartbeat_flush = None
+        beats, self.hub.heartbeats = self.hub.heartbeats, {}
+        sessions = [s for s, _ in beats.values()]
+        makes = [(lambda now, w=wid, o=owned: c.HeartbeatReceived(now, w, o)) for wid, (_, owned) in beats.items()]
+
+        def done(transitions: list[Transition]) -> None:
+            for session, t in zip(sessions, transitions):
+                if t.outcome.rejection == Rejection.WORKER_NOT_ACTIVE:
+                    session.cut(t.outcome.detail)
+
+        try:
+            self.actor.submit(Request(many=makes, done=done))
+        except Overloaded:
+            pass  # liveness is soft: the next heartbeats carry the same news
 
     def _ack_after(self, session: Session, seq: int, make: Callable[[int], object], *, refill: bool = False) -> None:
         received = time.perf_counter()
@@ -376,20 +396,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 raise FrameError(Rejection.NOT_OWNER, f"attempt {attempt_id} belongs to worker {owner}")
             session.attempts_owned[attempt_id] = None
         key = upload_key(session.worker_id, digest)
-        total = u.total_length
         try:
-            if await asyncio.to_thread(self.artifacts.has, digest):
-                size = await asyncio.to_thread(self.artifacts.size, digest)
-                self._stored(session, seq, digest, size, duplicate=True)
-                return
-            committed = await asyncio.to_thread(self.artifacts.begin, key, digest, total)
-            if u.data:
-                committed = await asyncio.to_thread(self.artifacts.write, key, u.offset, bytes(u.data))
-            elif u.offset != committed and not u.last:
-                pass  # a probe: answer with the committed offset
-            if u.last:
-                stored, size = await asyncio.to_thread(self.artifacts.finish, key)
-                self._stored(session, seq, stored, size, duplicate=False)
+            kind, committed = await asyncio.to_thread(self._chunk_io, key, digest, u)
+            if kind != "partial":
+                self._stored(session, seq, digest, committed, duplicate=kind == "stored")
                 return
         except UploadRejected as e:
             committed = await asyncio.to_thread(self._committed_offset, session.worker_id, digest)
@@ -398,6 +408,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         except StorageError as e:
             fail_stop(e)
         session.send(codec.ack_frame(seq, Outcome(OutcomeKind.ACCEPTED), committed_offset=committed, digest=digest))
+
+    def _chunk_io(self, key: str, digest: Digest, u: Any) -> tuple[str, int]:
+        """All file work of one chunk in one thread hop: ("stored" | "finished" | "partial",
+        the committed offset or size)."""
+        if self.artifacts.has(digest):
+            return "stored", self.artifacts.size(digest)
+        committed = self.artifacts.begin(key, digest, u.total_length)
+        if u.data:
+            committed = self.artifacts.write(key, u.offset, bytes(u.data))
+        if u.last:
+            _, size = self.artifacts.finish(key)
+            return "finished", size
+        return "partial", committed  # a probe (no data) answers with the committed offset
 
     def _stored(self, session: Session, seq: int, digest: Digest, size: int, *, duplicate: bool) -> None:
         """The bytes are durable; only now may the core learn of the digest."""

@@ -17,7 +17,9 @@ from common.spec import ExperimentSpec, canonical_json
 from coordinator.core.effects import NotifyRunState, Outcome, OutcomeKind, PushAssignment, RequestDrain, RevokeAssignment
 from coordinator.logcodec import LogCodecError, report_from_proto
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+ACK_BATCH_PROTOCOL_VERSION = 2  # from this revision on, a worker accepts AckBatch frames
+ACK_BATCH_MAX = 256
 
 
 class FrameError(ValueError):

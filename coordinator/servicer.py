@@ -41,6 +41,7 @@ WATCH_QUEUE_EVENTS_MAX = 1_000
 # Heartbeats of all sessions are handed to the actor together at most this often: 1,000
 # workers beating once a second cost a few actor wake-ups a second, not a thousand.
 HEARTBEAT_COALESCE_MS = 50
+PER_CELL_EVENTS = ("cell_selected", "cell_retryable")
 DEAD_LETTERS_KEPT_MAX = 10_000
 SUBMIT_RETRY_S = 0.002
 
@@ -59,6 +60,8 @@ class Session:
     expected_seq: int = 2  # the hello was 1
     attempts_owned: dict = field(default_factory=dict)  # attempt id -> None, checked for uploads
     cut_reason: str = ""
+    batch_acks: bool = False  # the worker speaks protocol 2: consecutive acks travel as one frame
+    held: list = field(default_factory=list)  # a frame (or the cut sentinel None) taken while batching acks
 
     def send(self, frame: Any) -> bool:
         if self.cut_reason:
@@ -128,7 +131,12 @@ class Hub:
                 s.send(frame)
 
     def publish(self, e: Emit, at_ms: int) -> None:
-        log.info(e.event, run_id=e.run_id, subject=e.subject, detail=e.detail)
+        # One line per cell would cost more than the cell on a large run: per-cell events are
+        # debug; everything about runs, workers and assignments is info.
+        if e.event in PER_CELL_EVENTS:
+            log.debug(e.event, run_id=e.run_id, subject=e.subject, detail=e.detail)
+        else:
+            log.info(e.event, run_id=e.run_id, subject=e.subject, detail=e.detail)
         for hook in self.on_event:
             hook(e, at_ms)
         if not self.watchers:
@@ -220,7 +228,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                                 f"IDENTITY_MISMATCH: authenticated as {grant.worker_id}, hello says {hello.worker_id!r}")
             return
         wid = WorkerId(grant.worker_id)
-        session = Session(wid, context)
+        session = Session(wid, context, batch_acks=hello.protocol_version >= codec.ACK_BATCH_PROTOCOL_VERSION)
         try:
             await self._register(session, grant.new_credential, hello, context)
             if session.cut_reason:
@@ -285,10 +293,30 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     async def _writer(self, session: Session, context: Any) -> None:
         while True:
-            frame = await session.queue.get()
+            frame = session.held.pop() if session.held else await session.queue.get()
             if frame is None:
                 raise _SessionCut(session.cut_reason)  # ends the reader too, through the task group
+            if session.batch_acks and frame.WhichOneof("body") == "ack":
+                frame = CoordinatorServicer._batch_acks(session, frame)
             await context.write(frame)
+
+    @staticmethod
+    def _batch_acks(session: Session, first: Any) -> Any:
+        """Join the acks already queued behind `first` into one frame (order kept); one write
+        per frame is most of the session's cost under load."""
+        acks = [first.ack]
+        while len(acks) < codec.ACK_BATCH_MAX:
+            try:
+                nxt = session.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+            if nxt is None or nxt.WhichOneof("body") != "ack":
+                session.held.append(nxt)  # None too: a cut must not be lost
+                break
+            acks.append(nxt.ack)
+        if len(acks) == 1:
+            return first
+        return coordinator_pb2.CoordinatorFrame(acks=coordinator_pb2.AckBatch(acks=acks))
 
     async def _reader(self, session: Session, context: Any) -> None:
         try:

@@ -390,7 +390,7 @@ def hello_frame(worker_id: str, slots: int) -> coordinator_pb2.WorkerFrame:
     return coordinator_pb2.WorkerFrame(seq=1, hello=coordinator_pb2.Hello(
         worker_id=worker_id, incarnation=1, slots=slots, cpu_millis=1_000 * slots, memory_mb=1_024 * slots,
         environment=[coordinator_pb2.EnvironmentComponent(key="bench", value=ENVIRONMENT_ID)],
-        environment_id=ENVIRONMENT_ID, protocol_version=1, software_version="bench_coordinator"))
+        environment_id=ENVIRONMENT_ID, protocol_version=2, software_version="bench_coordinator"))
 
 
 def aio_channel(address: str) -> grpc.aio.Channel:
@@ -488,6 +488,9 @@ class Sim:
                 kind = frame.WhichOneof("body")
                 if kind == "ack":
                     self._on_ack(frame.ack)
+                elif kind == "acks":
+                    for ack in frame.acks.acks:
+                        self._on_ack(ack)
                 elif kind == "assignment":
                     self._on_push(frame.assignment)
         except grpc.aio.AioRpcError as e:
@@ -1037,6 +1040,9 @@ async def _upload_session(coord: Coordinator, blobs: list[bytes], window: int,
                     return
                 if fr.WhichOneof("body") == "ack":
                     acks.put_nowait(fr.ack)
+                elif fr.WhichOneof("body") == "acks":
+                    for ack in fr.acks.acks:
+                        acks.put_nowait(ack)
 
         rt = asyncio.create_task(reader())
         times = []

@@ -72,7 +72,7 @@ HELLO_BUFFERED_IDS_CHARS_MAX = 1 << 20
 # An Ack for Goodbye is waited for this long before the stream is closed anyway.
 GOODBYE_ACK_TIMEOUT_MS = 2_000
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: understands AckBatch
 
 
 PROGRAM = "fleet-worker"

@@ -669,6 +669,10 @@ class WorkerSession:
             if kind == "ack":
                 if not s.on_ack(frame.ack):
                     self._log.debug("ack for a frame that waits for none", seq=frame.ack.seq)
+            elif kind == "acks":
+                for ack in frame.acks.acks:
+                    if not s.on_ack(ack):
+                        self._log.debug("ack for a frame that waits for none", seq=ack.seq)
             elif kind == "assignment":
                 await self._on_push(frame.assignment)
             elif kind == "revoke":

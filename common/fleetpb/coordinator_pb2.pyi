@@ -31,7 +31,7 @@ class WorkerFrame(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., cell_report: _Optional[_Union[CellReport, _Mapping]] = ..., upload_chunk: _Optional[_Union[UploadChunk, _Mapping]] = ..., group_finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., drain_notice: _Optional[_Union[DrainNotice, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
 
 class CoordinatorFrame(_message.Message):
-    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain")
+    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain", "acks")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,7 @@ class CoordinatorFrame(_message.Message):
     RUN_STATE_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_STATUS_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     assignment: AssignmentPush
     revoke: Revoke
@@ -46,7 +47,8 @@ class CoordinatorFrame(_message.Message):
     run_state: RunStateNotice
     upload_status: UploadStatus
     drain: DrainRequest
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ..., drain: _Optional[_Union[DrainRequest, _Mapping]] = ...) -> None: ...
+    acks: AckBatch
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ..., drain: _Optional[_Union[DrainRequest, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ...) -> None: ...
 
 class EnvironmentComponent(_message.Message):
     __slots__ = ("key", "value")
@@ -247,6 +249,12 @@ class Ack(_message.Message):
     committed_offset: int
     digest: str
     def __init__(self, seq: _Optional[int] = ..., outcome: _Optional[_Union[_common_pb2.AckOutcome, str]] = ..., rejection: _Optional[_Union[_common_pb2.RejectionReason, str]] = ..., detail: _Optional[str] = ..., committed_offset: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class AckBatch(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[Ack]
+    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
 
 class RunStateNotice(_message.Message):
     __slots__ = ("run_id", "paused", "blocked_reason")

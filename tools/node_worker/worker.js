@@ -51,7 +51,7 @@ const GOODBYE_ACK_TIMEOUT_MS = 2000;
 const DELIVERIES_IN_FLIGHT_MAX = 16;
 const REPORT_SENDS_MAX = 3;
 const UPLOAD_RESTARTS_MAX = 3;
-const PROTOCOL_VERSION = 1;
+const PROTOCOL_VERSION = 2; // 2: understands AckBatch
 const EXIT_OK = 0, EXIT_FAILURE = 1, EXIT_OPERATOR = 2;
 const PERMANENT = new Set([grpc.status.UNAUTHENTICATED, grpc.status.PERMISSION_DENIED,
   grpc.status.FAILED_PRECONDITION]);
@@ -280,6 +280,7 @@ class Worker {
   async onFrame(s, frame) {
     switch (frame.body) {
       case 'ack': s.onAck(frame.ack); break;
+      case 'acks': for (const a of frame.acks.acks) s.onAck(a); break;
       case 'assignment': this.onPush(frame.assignment); break;
       case 'revoke': this.onRevoke(frame.revoke); break;
       case 'run_state': log('info', 'run state', frame.run_state); break;

@@ -1,0 +1,58 @@
+"""The session writer joins consecutive acknowledgements into one AckBatch frame for a
+protocol-2 worker, keeps the order of everything else, and never batches for protocol 1;
+driven with a fake gRPC context that records what is written."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from common.fleetpb import coordinator_pb2
+from coordinator.codec import ack_frame
+from coordinator.core.effects import ACCEPTED
+from coordinator.servicer import CoordinatorServicer, Session, _SessionCut
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.frames: list = []
+
+    async def write(self, frame) -> None:  # noqa: ANN001
+        self.frames.append(frame)
+
+
+def push(aid: str):
+    return coordinator_pb2.CoordinatorFrame(assignment=coordinator_pb2.AssignmentPush(assignment_id=aid))
+
+
+async def written(batch_acks: bool) -> list:
+    ctx = Recorder()
+    session = Session("w1", ctx, batch_acks=batch_acks, welcomed=True)
+    for frame in [ack_frame(2, ACCEPTED), ack_frame(3, ACCEPTED), push("a1"), ack_frame(4, ACCEPTED),
+                  ack_frame(5, ACCEPTED), ack_frame(6, ACCEPTED), None]:
+        session.queue.put_nowait(frame)
+    with pytest.raises(_SessionCut):
+        await CoordinatorServicer._writer(None, session, ctx)  # type: ignore[arg-type]
+    return ctx.frames
+
+
+def shape(frames: list) -> list:
+    out = []
+    for f in frames:
+        kind = f.WhichOneof("body")
+        if kind == "acks":
+            out.append(("acks", [a.seq for a in f.acks.acks]))
+        elif kind == "ack":
+            out.append(("ack", f.ack.seq))
+        else:
+            out.append((kind, f.assignment.assignment_id))
+    return out
+
+
+def test_protocol_two_gets_batches_in_order() -> None:
+    assert shape(asyncio.run(written(True))) == [("acks", [2, 3]), ("assignment", "a1"), ("acks", [4, 5, 6])]
+
+
+def test_protocol_one_gets_one_ack_per_frame() -> None:
+    assert shape(asyncio.run(written(False))) == [("ack", 2), ("ack", 3), ("assignment", "a1"), ("ack", 4),
+                                                  ("ack", 5), ("ack", 6)]

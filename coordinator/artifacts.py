@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from common.durable import fsync_dir as _fsync_dir
 from common.ids import DIGEST_PREFIX, Digest, is_digest
 from common.limits import (
     ARTIFACT_BYTES_MAX,
@@ -369,9 +370,3 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.durable import fsync_dir
+
 TOKEN_BYTES = 32
 CREDENTIALS_FILE = "credentials.json"
 # A worker's client certificate names its id as this URI in its subjectAltName (the CN is
@@ -161,8 +163,4 @@ class TokenBook:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path)
-        dfd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(self._path.parent)

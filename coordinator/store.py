@@ -41,6 +41,7 @@ from pathlib import Path
 
 import lmdb
 
+from common.durable import fsync_dir as _fsync_dir
 from common.limits import (
     LOG_RECORD_BYTES_MAX,
     SNAPSHOT_EVERY_RECORDS,
@@ -542,9 +543,3 @@ def _read_owner_pid(fd: int) -> int | None:
     return None
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

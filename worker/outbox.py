@@ -42,6 +42,7 @@ from typing import IO
 
 import lmdb
 
+from common.durable import fsync_dir as _fsync_dir
 from common.evidence import ArtifactRef
 from common.ids import DIGEST_PREFIX, AssignmentId, AttemptId, Digest, WorkerId, is_digest
 from common.limits import (
@@ -238,12 +239,6 @@ def _check_record(kind: str, payload: bytes) -> None:
 # --- file helpers ----------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _mkdir_durable(path: Path, mode: int = 0o700) -> None:

@@ -29,7 +29,7 @@ from common.limits import ACTOR_QUEUE_COMMANDS_MAX, COMMIT_BATCH_COMMANDS_MAX
 from coordinator import codec
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
-from coordinator.core.effects import Emit, NotifyRunState, PushAssignment, RequestDrain, RevokeAssignment, Transition
+from coordinator.core.effects import Emit, NotifyRunState, PushAssignment, RequestDrain, RevokeAssignment
 from coordinator.core.state import State
 from coordinator.errors import StorageError, StoreCorrupt, fail_stop
 from coordinator.logcodec import LogCodecError, decode_record, encode_record
@@ -304,7 +304,3 @@ class Actor:
         else:
             raise AssertionError(f"unrouted effect {e!r}")
 
-
-def transition_of(value: Any) -> Transition:
-    assert isinstance(value, Transition)
-    return value

@@ -14,7 +14,7 @@ from common.ids import is_digest
 from common.limits import ID_CHARS_MAX
 from common.rejections import Rejection
 from common.spec import ExperimentSpec, canonical_json
-from coordinator.core.effects import NotifyRunState, Outcome, OutcomeKind, PushAssignment, RequestDrain, RevokeAssignment
+from coordinator.core.effects import NotifyRunState, Outcome, PushAssignment, RequestDrain, RevokeAssignment
 from coordinator.logcodec import LogCodecError, report_from_proto
 
 PROTOCOL_VERSION = 2
@@ -111,5 +111,3 @@ def ack_frame(seq: int, outcome: Outcome, *, committed_offset: int = 0, digest: 
 def action_response(outcome: Outcome) -> admin_pb2.ActionResponse:
     return admin_pb2.ActionResponse(outcome=int(outcome.kind), rejection=int(outcome.rejection), detail=outcome.detail)
 
-
-REJECTED_KIND = OutcomeKind.REJECTED

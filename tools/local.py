@@ -9,7 +9,6 @@ cells are never executed again.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -141,7 +140,7 @@ def summarize_progress(results: dict) -> tuple[int, int, int]:
 
 def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, bench_root: Path | None,
               policy_path: Path | None, *, printer: Any = None) -> int:
-    from tools.fleetctl import Admin, CtlError, print_results, results_json, status_json
+    from tools.fleetctl import Admin, CtlError, print_results
 
     spec_path = spec_path.resolve()
     try:
@@ -153,7 +152,6 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
     policy_text = policy_path.read_text() if policy_path else "{}"
     local = Local(spec_path, workers, slots, (data or Path(".fleet")).resolve(),
                   (bench_root or spec_path.parent).resolve(), policy_path)
-    interrupted = False
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         local.start()
@@ -167,14 +165,11 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
         print_results(results)
         return 0 if results["summary"]["state"] == "complete" else 3
     except KeyboardInterrupt:
-        interrupted = True
         print("\nfleet local: interrupted; stopping. Run the same command again to resume.", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGINT, previous)
         local.stop()
-        if not interrupted and local.dead():
-            pass
 
 
 def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
@@ -237,6 +232,3 @@ def _panel(line: str, results: dict, status: dict) -> Any:
         table.add_row(w["worker_id"], f"{'█' * w['busy_slots']}{'·' * (w['slots'] - w['busy_slots'])} {w['status']}")
     return table
 
-
-def as_json(obj: Any) -> str:
-    return json.dumps(obj, indent=1, sort_keys=True)

@@ -23,8 +23,8 @@ import heapq
 from collections.abc import Callable
 
 from common import limits
-from common.evidence import Report, evidence_problem, expected_status, is_selectable
-from common.ids import AssignmentId, RunId, WorkerId, assignment_id_for, attempt_id_for, is_digest
+from common.evidence import evidence_problem, expected_status, is_selectable
+from common.ids import AssignmentId, WorkerId, assignment_id_for, attempt_id_for, is_digest
 from common.policy import Policy, group_deadline_for
 from common.rejections import Rejection
 from coordinator.core import commands as c
@@ -738,15 +738,6 @@ def _push_for(state: State, assignment: AssignmentState) -> PushAssignment:
 def push_for(state: State, assignment_id: AssignmentId) -> PushAssignment:
     """The push of an authoritative assignment, rebuilt from state (for re-sending)."""
     return _push_for(state, state.assignments[assignment_id])
-
-
-def run_of(state: State, run_id: RunId) -> RunState | None:
-    return state.runs.get(run_id)
-
-
-def report_of(state: State, attempt_id) -> Report | None:
-    attempt = state.attempts.get(attempt_id)
-    return None if attempt is None else attempt.report
 
 
 _HANDLERS: dict[type, Callable[[State, object], Transition]] = {

@@ -360,3 +360,20 @@ def output_artifacts(output: Path, room: int, redactor: Redactor) -> tuple[list[
     if overflow:
         missing.append(ArtifactUnavailable("output/…", f"{overflow} more output files beyond the limit of artifacts per report"))
     return files, missing
+
+
+async def wait_process(proc: asyncio.subprocess.Process, cancel: asyncio.Event, timeout_s: float) -> str:
+    """"exited", "cancelled" or "timeout", whichever comes first; a cancel wins a tie (the
+    group was revoked: whatever the process did, the attempt is not to be trusted)."""
+    exited = asyncio.ensure_future(proc.wait())
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait((exited, cancelled), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        exited.cancel()
+        cancelled.cancel()
+    if cancel.is_set():
+        return "cancelled"
+    if proc.returncode is not None:
+        return "exited"
+    return "timeout"

@@ -47,6 +47,7 @@ from worker.executor.base import (
     score_of,
     seal,
     usage_fields,
+    wait_process,
 )
 
 # The PATH a subject's command is resolved with unless the worker's configuration names one.
@@ -400,19 +401,8 @@ class CommandExecutor:
 
 
 async def _wait(proc: asyncio.subprocess.Process, cancel: asyncio.Event, timeout_s: float) -> Ended:
-    """EXITED, CANCELLED or TIMEOUT, whichever comes first; a cancel wins a tie."""
-    exited = asyncio.ensure_future(proc.wait())
-    cancelled = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait((exited, cancelled), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        exited.cancel()
-        cancelled.cancel()
-    if cancel.is_set():
-        return Ended.CANCELLED
-    if proc.returncode is not None:
-        return Ended.EXITED
-    return Ended.TIMEOUT
+    """EXITED, CANCELLED or TIMEOUT (base.wait_process)."""
+    return Ended(await wait_process(proc, cancel, timeout_s))
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -57,6 +57,7 @@ from worker.executor.base import (
     remove_tree,
     safe_name,
     seal,
+    wait_process,
 )
 from worker.executor.harbor_classify import Classified, classify, usage_of
 
@@ -266,7 +267,7 @@ class HarborExecutor:
             ran.notes.append(f"cannot start the Harbor runner: {e.strerror or e}")
             return ran
         try:
-            ended = await _wait(proc, cancel, bound_s)
+            ended = await wait_process(proc, cancel, bound_s)
             if ended != "exited":
                 ran.cancelled = True
                 ran.notes.append("revoked: trial cancelled" if ended == "cancelled"
@@ -381,22 +382,6 @@ def _read_outputs(result_path: Path, out_path: Path) -> tuple[dict | None, dict 
         return value
 
     return load(result_path, "result.json"), load(out_path, "runner output"), notes
-
-
-async def _wait(proc: asyncio.subprocess.Process, cancel: asyncio.Event, timeout_s: float) -> str:
-    """"exited", "cancelled" or "timeout", whichever comes first; a cancel wins a tie."""
-    exited = asyncio.ensure_future(proc.wait())
-    cancelled = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait((exited, cancelled), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        exited.cancel()
-        cancelled.cancel()
-    if cancel.is_set() and proc.returncode is None:
-        return "cancelled"
-    if proc.returncode is not None:
-        return "exited"
-    return "timeout"
 
 
 def _signal(pid: int, sig: signal.Signals, *, group: bool) -> None:

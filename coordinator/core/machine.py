@@ -244,7 +244,7 @@ def _revoke_reason(state: State, aid: AssignmentId, worker_id: WorkerId) -> str:
 
 def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if cmd.worker_id not in state.workers:
-        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} has not registered")
+        return _unknown_worker(cmd.worker_id)
     attempt = state.attempts.get(cmd.attempt_id)
     if attempt is None:
         return rejected(Rejection.UNKNOWN_ATTEMPT, f"attempt {cmd.attempt_id} was never dispatched")
@@ -312,7 +312,7 @@ def _artifact_stored(state: State, cmd: c.ArtifactStored, fx: Fx) -> Outcome:
 
 def _group_finished(state: State, cmd: c.GroupFinished, fx: Fx) -> Outcome:
     if cmd.worker_id not in state.workers:
-        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} has not registered")
+        return _unknown_worker(cmd.worker_id)
     assignment = state.assignments.get(cmd.assignment_id)
     if assignment is None:
         return rejected(Rejection.UNKNOWN_ASSIGNMENT, f"assignment {cmd.assignment_id} does not exist")
@@ -328,7 +328,7 @@ def _group_finished(state: State, cmd: c.GroupFinished, fx: Fx) -> Outcome:
 def _run_paused(state: State, cmd: c.RunPaused, fx: Fx) -> Outcome:
     run = state.runs.get(cmd.run_id)
     if run is None:
-        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+        return _unknown_run(cmd.run_id)
     if run.paused:
         return DUPLICATE
     run.paused = True
@@ -341,7 +341,7 @@ def _run_paused(state: State, cmd: c.RunPaused, fx: Fx) -> Outcome:
 def _run_recovered(state: State, cmd: c.RunRecovered, fx: Fx) -> Outcome:
     run = state.runs.get(cmd.run_id)
     if run is None:
-        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+        return _unknown_run(cmd.run_id)
     if not run.paused:
         return rejected(Rejection.RUN_NOT_PAUSED, f"run {cmd.run_id} is not paused")
     run.paused = False
@@ -359,7 +359,7 @@ def _run_recovered(state: State, cmd: c.RunRecovered, fx: Fx) -> Outcome:
 def _run_repaired(state: State, cmd: c.RunRepaired, fx: Fx) -> Outcome:
     run = state.runs.get(cmd.run_id)
     if run is None:
-        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+        return _unknown_run(cmd.run_id)
     if not run.blocked_reason:
         return rejected(Rejection.RUN_NOT_BLOCKED, f"run {cmd.run_id} is not blocked")
     if cmd.reason != run.blocked_reason:
@@ -376,7 +376,7 @@ def _run_repaired(state: State, cmd: c.RunRepaired, fx: Fx) -> Outcome:
 def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcome:
     run = state.runs.get(cmd.run_id)
     if run is None:
-        return rejected(Rejection.UNKNOWN_RUN, f"run {cmd.run_id} does not exist")
+        return _unknown_run(cmd.run_id)
     cell = run.cells.get(cmd.cell_id)
     if cell is None:
         return rejected(Rejection.UNKNOWN_CELL, f"run {cmd.run_id} has no cell {cmd.cell_id}")
@@ -402,7 +402,7 @@ def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcom
 def _worker_drained(state: State, cmd: c.WorkerDrained, fx: Fx) -> Outcome:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
-        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+        return _unknown_worker(cmd.worker_id)
     if worker.status == WorkerStatus.GONE:
         return rejected(Rejection.WORKER_NOT_ACTIVE, f"worker {cmd.worker_id} is gone")
     if worker.draining:
@@ -418,7 +418,7 @@ def _worker_drained(state: State, cmd: c.WorkerDrained, fx: Fx) -> Outcome:
 def _worker_gone(state: State, cmd: c.WorkerGone, fx: Fx) -> Outcome:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
-        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+        return _unknown_worker(cmd.worker_id)
     if worker.status == WorkerStatus.GONE:
         return DUPLICATE
     for aid in list(worker.assignments):
@@ -447,7 +447,7 @@ def _coordinator_recovered(state: State, cmd: c.CoordinatorRecovered, fx: Fx) ->
 def _worker_suspected(state: State, cmd: c.WorkerSuspected, fx: Fx) -> Outcome:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
-        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+        return _unknown_worker(cmd.worker_id)
     if worker.status != WorkerStatus.ACTIVE:
         return DUPLICATE
     _set_status(state, worker, WorkerStatus.SUSPECTED)
@@ -459,7 +459,7 @@ def _worker_suspected(state: State, cmd: c.WorkerSuspected, fx: Fx) -> Outcome:
 def _worker_resumed(state: State, cmd: c.WorkerResumed, fx: Fx) -> Outcome:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
-        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+        return _unknown_worker(cmd.worker_id)
     if worker.status != WorkerStatus.SUSPECTED:
         return DUPLICATE
     _set_status(state, worker, WorkerStatus.ACTIVE)
@@ -472,7 +472,7 @@ def _worker_resumed(state: State, cmd: c.WorkerResumed, fx: Fx) -> Outcome:
 def _worker_expired(state: State, cmd: c.WorkerExpired, fx: Fx) -> Outcome:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
-        return rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered")
+        return _unknown_worker(cmd.worker_id)
     if worker.status not in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING):
         return DUPLICATE
     for aid in list(worker.assignments):
@@ -513,7 +513,7 @@ def _time_advanced(state: State, cmd: c.TimeAdvanced, fx: Fx) -> Outcome:
 def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
-        return Transition(rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} has not registered"))
+        return Transition(_unknown_worker(cmd.worker_id))
     if worker.status in (WorkerStatus.EXPIRED, WorkerStatus.GONE, WorkerStatus.RECONCILING):
         return Transition(rejected(Rejection.WORKER_NOT_ACTIVE,
                                    f"worker {cmd.worker_id} is {worker.status.name.lower()}: register again"))
@@ -538,7 +538,7 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
 def _disconnected(state: State, cmd: c.WorkerDisconnected) -> Transition:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
-        return Transition(rejected(Rejection.UNKNOWN_WORKER, f"worker {cmd.worker_id} is not registered"))
+        return Transition(_unknown_worker(cmd.worker_id))
     if worker.status != WorkerStatus.ACTIVE:
         return Transition(ACCEPTED)
     # A worker without a stream cannot receive a push: give it no new work until it is back.
@@ -570,6 +570,14 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
 
 
 # --- shared mechanics -------------------------------------------------------------------------
+
+def _unknown_worker(worker_id: WorkerId) -> Outcome:
+    return rejected(Rejection.UNKNOWN_WORKER, f"worker {worker_id} has not registered")
+
+
+def _unknown_run(run_id: str) -> Outcome:
+    return rejected(Rejection.UNKNOWN_RUN, f"run {run_id} does not exist")
+
 
 def liveness_policy(state: State) -> Policy:
     """Liveness thresholds come from the oldest run that still has work."""

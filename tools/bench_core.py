@@ -19,6 +19,7 @@ import time
 
 from common.evidence import ArtifactRef, Cleanup, Execution, Report, Status, Usage, Verification
 from common.ids import RunId, WorkerId, sha256_digest
+from common.limits import SNAPSHOT_EVERY_RECORDS
 from common.policy import Policy
 from common.spec import parse_spec
 from coordinator.core import commands as c
@@ -103,6 +104,26 @@ def measure(spec, commands: int) -> float:
     return total_n / total_s
 
 
+def replay_us_per_record(seeds: int = 40) -> tuple[int, float]:
+    """Recovery cost: decode and step the logs of simulated runs, as a restart replays them
+    after the newest snapshot (this bounds how far apart snapshots may be)."""
+    from coordinator.logcodec import decode_record, encode_record
+    from tools.simulate import Simulation
+
+    logs = []
+    for seed in range(seeds):
+        sim = Simulation(seed, check=False)
+        sim.run()
+        logs.append([encode_record(i, cmd) for i, cmd in enumerate(sim.log, start=1)])
+    started = time.perf_counter()
+    for records in logs:
+        state = new_state()
+        for data in records:
+            state, _ = step(state, decode_record(data)[1])
+    n = sum(len(r) for r in logs)
+    return n, (time.perf_counter() - started) / n * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_core", description=__doc__.split("\n\n")[0])
     ap.add_argument("--commands", type=int, default=60_000, help="commands timed per measurement")
@@ -120,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  run of {large.cell_count:>7} cells: {l:>9.0f} commands/s  ({1e6 / l:.1f} us/command)")
     print(f"  small/large per-command cost ratio: {s / l:.2f} (target: within 2x)")
     print(f"  versus the reference's ~1.7 ms/command: {1.7e-3 * l:.0f}x faster on the large run")
+    n, us = replay_us_per_record()
+    print(f"  log replay (decode + step) of {n} records: {us:.1f} us/record, so "
+          f"{SNAPSHOT_EVERY_RECORDS:,} records between snapshots replay in about {us * SNAPSHOT_EVERY_RECORDS / 1e6:.1f} s")
     return 0 if s / l <= 2.0 else 1
 
 

@@ -442,9 +442,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         the committed offset or size)."""
         if self.artifacts.has(digest):
             return "stored", self.artifacts.size(digest)
-        committed = self.artifacts.begin(key, digest, u.total_length)
-        if u.data:
-            committed = self.artifacts.write(key, u.offset, bytes(u.data))
+        if u.data and u.offset > 0:
+            committed = self.artifacts.write(key, u.offset, bytes(u.data))  # begun by an earlier chunk
+        else:
+            committed = self.artifacts.begin(key, digest, u.total_length)
+            if u.data:
+                committed = self.artifacts.write(key, u.offset, bytes(u.data))
         if u.last:
             _, size = self.artifacts.finish(key)
             return "finished", size

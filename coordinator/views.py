@@ -8,6 +8,7 @@ from __future__ import annotations
 from common.fleetpb import admin_pb2, common_pb2
 from common.ids import RunId
 from coordinator.core import summarize
+from coordinator.core.summary import run_counts
 from coordinator.core.machine import liveness_policy
 from coordinator.core.state import State
 from coordinator.logcodec import report_to_proto
@@ -27,16 +28,18 @@ def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatus
     for rid, run in state.runs.items():
         if run_id and rid != run_id:
             continue
-        s = summarize(state, rid)
-        running = sum(1 for i in s.incomplete if i.reason == "running")
+        # Counts only, no row per cell: status is polled (fleetctl local, watch scripts) and
+        # runs on the actor thread, between commits.
+        n = run_counts(run)
         out.runs.append(admin_pb2.RunStatus(
-            run_id=rid, state=RUN_STATES[s.state], blocked_reason=s.blocked_reason,
-            group_counts=[admin_pb2.GroupCount(state="waiting", count=s.groups_waiting),
-                          admin_pb2.GroupCount(state="assigned", count=s.groups_assigned),
-                          admin_pb2.GroupCount(state="settled", count=s.groups_settled)],
-            cells_selected=len(s.selected), cells_incomplete=len(s.incomplete) - running, cells_running=running,
-            peak_concurrent_groups=s.peak_concurrent_groups, slots_offered=s.slots_offered,
-            max_concurrent_groups=s.max_concurrent_groups, cells_total=s.cells_total))
+            run_id=rid, state=RUN_STATES[n.state], blocked_reason=run.blocked_reason,
+            group_counts=[admin_pb2.GroupCount(state="waiting", count=n.groups_waiting),
+                          admin_pb2.GroupCount(state="assigned", count=n.groups_assigned),
+                          admin_pb2.GroupCount(state="settled", count=n.groups_settled)],
+            cells_selected=n.selected, cells_incomplete=n.cells_total - n.selected - n.running,
+            cells_running=n.running, peak_concurrent_groups=run.peak_active, slots_offered=run.peak_slots_offered,
+            max_concurrent_groups=run.spec.max_concurrent_groups, cells_total=n.cells_total,
+            retries=n.retries, cells_exhausted=n.exhausted))
     for wid, w in state.workers.items():
         last = state.soft.last_heard_ms.get(wid, w.registered_ms)
         out.workers.append(admin_pb2.WorkerStatus(

@@ -98,6 +98,7 @@ def status_json(resp: Any) -> dict:
         "runs": [{"run_id": r.run_id, "state": RUN_STATE_NAMES.get(r.state), "blocked_reason": r.blocked_reason,
                   "cells_total": r.cells_total, "cells_selected": r.cells_selected,
                   "cells_incomplete": r.cells_incomplete, "cells_running": r.cells_running,
+                  "cells_exhausted": r.cells_exhausted, "retries": r.retries,
                   "groups": {g.state: g.count for g in r.group_counts},
                   "peak_concurrent_groups": r.peak_concurrent_groups, "slots_offered": r.slots_offered,
                   "max_concurrent_groups": r.max_concurrent_groups} for r in resp.runs],

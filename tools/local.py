@@ -131,13 +131,6 @@ class Progress:
         return f"{(self.total - done) / rate:.0f}s"
 
 
-def summarize_progress(results: dict) -> tuple[int, int, int]:
-    done = sum(1 for c in results["cells"] if c["state"] == "selected")
-    retries = sum(max(0, c["attempts"] - 1) for c in results["cells"])
-    exhausted = sum(1 for c in results["cells"] if c.get("incomplete_reason") == "exhausted")
-    return done, retries, exhausted
-
-
 def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, bench_root: Path | None,
               policy_path: Path | None, *, printer: Any = None) -> int:
     from tools.fleetctl import Admin, CtlError, print_results
@@ -173,10 +166,16 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
 
 
 def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
+    """Poll the run's status (counts only, cheap for the coordinator) until it settles; then
+    fetch the results once."""
     from tools.fleetctl import results_json, status_json
 
-    results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
-    progress = Progress(len(results["cells"]))
+    def poll() -> tuple[dict, dict]:
+        status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
+        return status["runs"][0], status
+
+    run, status = poll()
+    progress = Progress(run["cells_total"])
     live = None
     if sys.stderr.isatty():
         try:
@@ -191,20 +190,18 @@ def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
     last_line = ""
     try:
         while True:
-            results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
-            status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
-            state = results["summary"]["state"]
-            done, retries, exhausted = summarize_progress(results)
-            line = progress.line(done, retries, exhausted, status["workers"], state)
+            run, status = poll()
+            state = run["state"]
+            line = progress.line(run["cells_selected"], run["retries"], run["cells_exhausted"], status["workers"], state)
             if live is not None:
-                live.update(_panel(line, results, status))
+                live.update(_panel(line, run, status))
             elif line != last_line and time.monotonic() - last_plain >= PLAIN_EVERY_S or state in ("complete", "incomplete"):
                 say(line)
                 last_plain, last_line = time.monotonic(), line
             if state in ("complete", "incomplete"):
-                return results
+                return results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
             if state == "blocked":
-                say(f"fleet local: run blocked by an environment failure: {results['summary']['blocked_reason']}; "
+                say(f"fleet local: run blocked by an environment failure: {run['blocked_reason']}; "
                     f"fix it, then: fleetctl --coordinator {local.address} --token-file "
                     f"{local.data / 'coordinator' / 'admin.token'} repair {run_id} '<reason>'")
             dead = local.dead()
@@ -219,16 +216,14 @@ def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
             live.stop()
 
 
-def _panel(line: str, results: dict, status: dict) -> Any:
+def _panel(line: str, run: dict, status: dict) -> Any:
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
-    done, _, _ = summarize_progress(results)
+    done, total = run["cells_selected"], run["cells_total"]
     table = Table.grid(padding=(0, 1))
-    table.add_row(ProgressBar(total=max(1, len(results["cells"])), completed=done, width=40),
-                  f"{done}/{len(results['cells'])}")
+    table.add_row(ProgressBar(total=max(1, total), completed=done, width=40), f"{done}/{total}")
     table.add_row("", line)
     for w in status["workers"]:
         table.add_row(w["worker_id"], f"{'█' * w['busy_slots']}{'·' * (w['slots'] - w['busy_slots'])} {w['status']}")
     return table
-

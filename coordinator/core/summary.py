@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from common.evidence import Usage
 from common.ids import AssignmentId, AttemptId, CellId, RunId, SubjectId, TaskId, WorkerId
-from coordinator.core.state import GroupStatus, State
+from coordinator.core.state import GroupStatus, RunState, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,16 +120,8 @@ def summarize(state: State, run_id: RunId) -> RunSummary:
                 reason = "not_yet_run"
             incomplete.append(IncompleteCell(cid, task_id, repetition, cell.subject_id, reason,
                                              len(cell.attempts), last_detail))
-    if run.settled:
-        status = "incomplete" if incomplete else "complete"
-    elif run.blocked_reason:
-        status = "blocked"
-    elif run.paused:
-        status = "paused"
-    else:
-        status = "running"
     return RunSummary(
-        run_id=run_id, state=status, blocked_reason=run.blocked_reason, cells_total=spec.cell_count,
+        run_id=run_id, state=run_state(run, bool(incomplete)), blocked_reason=run.blocked_reason, cells_total=spec.cell_count,
         selected=tuple(selected), incomplete=tuple(incomplete),
         observed_cost_usd=round(observed, 9), selected_cost_usd=round(selected_cost, 9),
         usage_complete=usage_complete, attempts_dispatched=dispatched, late_reports=run.late_reports,
@@ -138,3 +130,53 @@ def summarize(state: State, run_id: RunId) -> RunSummary:
         groups_waiting=counts[GroupStatus.WAITING], groups_assigned=counts[GroupStatus.ASSIGNED],
         groups_settled=counts[GroupStatus.SETTLED],
     )
+
+
+def run_state(run: RunState, has_incomplete: bool) -> str:
+    if run.settled:
+        return "incomplete" if has_incomplete else "complete"
+    if run.blocked_reason:
+        return "blocked"
+    if run.paused:
+        return "paused"
+    return "running"
+
+
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """What `status` and live progress need, counted without building a row per cell."""
+
+    state: str
+    cells_total: int
+    selected: int
+    running: int
+    exhausted: int
+    retries: int  # dispatches beyond each cell's first
+    groups_waiting: int
+    groups_assigned: int
+    groups_settled: int
+
+
+def run_counts(run: RunState) -> RunCounts:
+    selected = running = exhausted = retries = 0
+    waiting = assigned = settled = 0
+    for group in run.groups:
+        if group.status == GroupStatus.ASSIGNED:
+            assigned += 1
+        elif group.status == GroupStatus.SETTLED:
+            settled += 1
+        else:
+            waiting += 1
+        for cid in group.cells:
+            cell = run.cells[cid]
+            if len(cell.attempts) > 1:
+                retries += len(cell.attempts) - 1
+            if cell.selected is not None:
+                selected += 1
+            elif group.status == GroupStatus.ASSIGNED:
+                running += 1
+            elif group.status == GroupStatus.SETTLED:
+                exhausted += 1
+    total = len(run.cells)
+    return RunCounts(run_state(run, selected < total), total, selected, running, exhausted, retries,
+                     waiting, assigned, settled)

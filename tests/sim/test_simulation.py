@@ -85,3 +85,31 @@ def test_a_broken_core_is_caught(monkeypatch: pytest.MonkeyPatch, breakage: str)
         except simulate.SimFailure:
             failures += 1
     assert failures > 0, f"breaking the core ({breakage}) went unnoticed by 40 seeds"
+
+
+def test_status_counts_agree_with_the_summary_after_every_durable_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run_counts` (what status and live progress show) must say what `summarize` says."""
+    from coordinator.core.summary import run_counts, summarize
+
+    checked = 0
+    original = simulate.Simulation.apply
+
+    def apply(self, cmd):  # noqa: ANN001
+        nonlocal checked
+        out = original(self, cmd)
+        run = self.state.runs.get(self.run_id)
+        if run is not None:
+            n, s = run_counts(run), summarize(self.state, self.run_id)
+            reasons = [i.reason for i in s.incomplete]
+            assert (n.state, n.selected, n.running, n.exhausted) == (
+                s.state, len(s.selected), reasons.count("running"), reasons.count("exhausted"))
+            assert (n.groups_waiting, n.groups_assigned, n.groups_settled) == (
+                s.groups_waiting, s.groups_assigned, s.groups_settled)
+            assert n.retries == s.attempts_dispatched - sum(1 for c in run.cells.values() if c.attempts)
+            checked += 1
+        return out
+
+    monkeypatch.setattr(simulate.Simulation, "apply", apply)
+    for seed in range(6):
+        simulate.run_seed(seed, False)
+    assert checked > 1000

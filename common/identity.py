@@ -1,17 +1,20 @@
 """The language-neutral part of a worker's environment identity.
 
-A worker's `environment_id` digests its whole measured manifest, its own implementation
-included (interpreter, fleet source): two workers agree on it only when they run the same
-build. A run whose policy says `environmentMatch: "cell"` instead compares the *cell
-environment*: the components that decide what a subject and its verifier see, measured
-the same way by every implementation (protos/fleet/v1/coordinator.proto, Hello):
+A run's environment has two parts (README, "How identity is computed"):
 
-- `bench.tree`: sha256 over the bench root's files (see worker/identity.py tree_digest);
-- `platform.*`: the operating system and machine;
-- `tool:*`, `image.*`, `harbor.*`: resolved tools, image digests, the Harbor version.
+- the reference: what the run uses from the bench root (`bench.file:*`, `bench.taskdir:*`,
+  `python.module:*`, `harbor.task:*`), measured by the submitter at submit and frozen with
+  the run; a worker serves the run only when its own measurement of those keys is equal;
+- the pin: what only a worker can measure (its interpreter, platform, fleet's source,
+  Harbor's version: the Hello's spec-independent components, and the tools the spec names,
+  `tool:*`), fixed at the run's first dispatch so environments never mix in one run.
 
-`cell_environment_id` = "cenv-" + the first 16 hex of sha256 over the canonical JSON (keys
-sorted, no spaces) of exactly those components.
+A worker's `environment_id` digests its Hello manifest. A run whose policy says
+`environmentMatch: "cell"` pins only the *cell environment*: the components that decide
+what a subject and its verifier see, measured the same way by every implementation
+(`platform.*`, `tool:*`, `image.*`, `harbor.*`), so workers in several languages can serve
+one run. `cell_environment_id` = "cenv-" + the first 16 hex of sha256 over the canonical
+JSON (keys sorted, no spaces) of exactly those components.
 """
 from __future__ import annotations
 
@@ -20,7 +23,11 @@ from collections.abc import Mapping
 
 from common.spec import canonical_json
 
-CELL_ENVIRONMENT_PREFIXES = ("bench.tree", "platform.", "tool:", "image.", "harbor.")
+CELL_ENVIRONMENT_PREFIXES = ("platform.", "tool:", "image.", "harbor.")
+# Keys of a run's manifest that only a worker measures: they join the pin, not the reference.
+WORKER_KEY_PREFIXES = ("tool:",)
+# The key kinds a worker measures from its bench root when offered a run.
+REFERENCE_KEY_PREFIXES = ("bench.file:", "bench.taskdir:", "python.module:", "harbor.task:", "executor.kind")
 CELL_ENVIRONMENT_ID_HEX_CHARS = 16
 
 

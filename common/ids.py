@@ -24,12 +24,17 @@ RUN_ID_HEX_CHARS = 16
 DIGEST_PREFIX = "sha256:"
 
 
-def run_id_for(spec_canonical: str, policy_canonical: str) -> RunId:
-    """A run is named by what it freezes: the same spec and policy give the same id."""
+def run_id_for(spec_canonical: str, policy_canonical: str, manifest_canonical: str = "") -> RunId:
+    """A run is named by what it freezes: the same spec, policy and environment manifest (the
+    submitter's measurement of the bench files the run uses) give the same id, so an edited
+    benchmark makes a new run instead of mixing into the old one."""
     h = hashlib.sha256()
     h.update(spec_canonical.encode())
     h.update(b"\0")
     h.update(policy_canonical.encode())
+    if manifest_canonical:
+        h.update(b"\0")
+        h.update(manifest_canonical.encode())
     return RunId("run-" + h.hexdigest()[:RUN_ID_HEX_CHARS])
 
 

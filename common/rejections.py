@@ -44,3 +44,5 @@ class Rejection(enum.IntEnum):
     GROUP_NOT_ASSIGNED = 31  # group finished for an assignment the worker no longer holds
     RUN_NOT_BLOCKED = 32
     STORAGE_FULL = 33  # the coordinator's disk or map is full; nothing was changed
+    RUN_PIN_HELD = 34  # a pin release while a selected result or running group depends on it
+    PROTOCOL_UNSUPPORTED = 35  # a worker too old to measure a run's environment

@@ -84,6 +84,19 @@ def _strs(value: Any, where: str) -> list[str]:
     return [_str(v, f"{where}[{i}]") for i, v in enumerate(value)]
 
 
+def _manifest(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, (tuple, list)):
+        raise LogCodecError(f"{where}: expected (key, value) pairs, got {type(value).__name__}")
+    out: dict[str, str] = {}
+    for i, pair in enumerate(value):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise LogCodecError(f"{where}[{i}]: expected a (key, value) pair")
+        out[_str(pair[0], f"{where}[{i}].key")] = _str(pair[1], f"{where}[{i}].value")
+    if len(out) != len(value):
+        raise LogCodecError(f"{where}: a key appears twice")
+    return out
+
+
 def _enum_to_proto(value: Any, enum_type: type, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise LogCodecError(f"{where}: {value!r} is not a {enum_type.__name__}")
@@ -241,6 +254,10 @@ def _field_codec(cls: type, fd: FieldDescriptor) -> tuple[Encoder, Decoder]:
     if fd.message_type is not None and fd.message_type.full_name == "fleet.v1.Report" and not fd.is_repeated:
         return (lambda m, v, w: report_to_proto(v, getattr(m, name)),
                 lambda m, w: report_from_proto(getattr(m, name)))
+    if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+        # map<string, string>: a manifest, kept in the core as (key, value) pairs sorted by key.
+        return (lambda m, v, w: getattr(m, name).update(_manifest(v, w)),
+                lambda m, w: tuple(sorted(getattr(m, name).items())))
     if fd.type == FieldDescriptor.TYPE_STRING and fd.is_repeated:
         return (lambda m, v, w: getattr(m, name).extend(_strs(v, w)),
                 lambda m, w: tuple(getattr(m, name)))
@@ -308,8 +325,8 @@ def _unknown_field_path(msg: pb_message.Message, path: str) -> str:
     if len(unknown_fields.UnknownFieldSet(msg)):
         return path
     for fd, value in msg.ListFields():
-        if fd.message_type is None:
-            continue
+        if fd.message_type is None or fd.message_type.GetOptions().map_entry:
+            continue  # scalars, and map<string, string> entries (scalars both)
         children = value if fd.is_repeated else [value]
         for i, child in enumerate(children):
             found = _unknown_field_path(child, f"{path}.{fd.name}" + (f"[{i}]" if fd.is_repeated else ""))

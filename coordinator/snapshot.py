@@ -12,7 +12,7 @@ import pickle
 
 from coordinator.core.state import Soft, State
 
-FORMAT_TAG = b"fleet-snapshot-v1\n"
+FORMAT_TAG = b"fleet-snapshot-v2\n"  # v2: run manifests, pins and per-worker fits
 
 
 class SnapshotFormatError(ValueError):

@@ -60,7 +60,10 @@ DB_META = b"meta"
 MAX_DBS = 3
 META_FORMAT = b"format"
 META_LAST_INDEX = b"last_index"
-STORE_FORMAT = b"fleet-wal-1"
+# 2: runs carry the submitter's environment manifest and workers measure each run they serve
+# (RunEnvironmentMeasured, RunPinReleased); a format-1 log would replay to other decisions,
+# so a data dir written by format 1 is refused with a message, never folded.
+STORE_FORMAT = b"fleet-wal-2"
 
 FRAME_VERSION = 1
 FRAME_HEADER = struct.Struct(">BI")  # frame version, CRC-32 of key || payload

@@ -26,7 +26,7 @@ from common.policy import Policy
 from common.spec import parse_spec
 from coordinator.core import commands as c
 from coordinator.core import new_state, step, summarize
-from coordinator.core.effects import Emit, OutcomeKind, PushAssignment, RevokeAssignment
+from coordinator.core.effects import Emit, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import durable_fingerprint
 
@@ -39,6 +39,10 @@ FAULT_WINDOW_MS = 150_000  # faults stop after this; the run must then settle
 SETTLE_LIMIT_MS = 3_600_000
 TRACE_ENTRIES_MAX = 5_000
 ENV_ID = "env-sim"
+# What the submitter measured of the benchmark and what workers measure (common/identity.py).
+MANIFEST = (("bench.file:solve.py", "digest-solve"), ("bench.taskdir:tasks", "digest-tasks"))
+WORKER_KEYS = ("tool:verify",)
+WORKER_ENVIRONMENT = (("platform.system", "Linux"), ("python.version", "3.11.7"))
 ENV_FAILURE = "image registry unreachable: pull of task image failed"
 
 
@@ -208,6 +212,11 @@ class Simulation:
             elif isinstance(e, RevokeAssignment):
                 self.stats["revokes"] += 1
                 self.send_to_worker(e.worker_id, ("revoke", e.assignment_id))
+            elif isinstance(e, OfferRun):
+                self.send_to_worker(e.worker_id, ("offer", e.run_id, e.keys))
+            elif isinstance(e, RefuseRun):
+                raise SimFailure(self.seed, self.commands, self.now,
+                                 f"worker {e.worker_id} of the right build refused: {e.reason} {e.differences}")
             elif isinstance(e, Emit):
                 if e.event in ("cell_retryable",):
                     continue
@@ -222,12 +231,15 @@ class Simulation:
         if kind == "hello":
             _, incarnation, owned, buffered = frame
             out = self.apply(c.WorkerRegistered(self.now, wid, incarnation, w.slots, ENV_ID,
-                                                owned=owned, buffered=buffered))
+                                                owned=owned, buffered=buffered, environment=WORKER_ENVIRONMENT))
             if not out.ok:
                 self.note(f"coord refused hello {wid}: {out.detail}")
             self.send_to_worker(wid, ("welcome", incarnation))
         elif kind == "heartbeat":
             self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
+        elif kind == "measured":
+            _, incarnation, run_id, measured = frame
+            self.apply(c.RunEnvironmentMeasured(self.now, wid, incarnation, run_id, measured))
         elif kind == "upload":
             digest, size = frame[1], frame[2]
             self.apply(c.ArtifactStored(self.now, digest, size))
@@ -342,6 +354,12 @@ class Simulation:
             aid = frame[1]
             if w.assignments.pop(aid, None) is not None:
                 w.finished[aid] = None
+        elif kind == "offer":
+            # A worker of the right build: the submitter's values, and its own tool digest.
+            _, run_id, keys = frame
+            values = dict(MANIFEST) | {k: "digest-verify" for k in WORKER_KEYS}
+            measured = tuple(sorted((k, values.get(k, "(missing)")) for k in keys))
+            self.send_to_coordinator(w, ("measured", w.incarnation, run_id, measured))
         elif kind == "welcome":
             pass
 
@@ -430,7 +448,7 @@ class Simulation:
             self.at(start + rng.randint(5_000, 30_000), "recover")
 
     def run(self) -> dict:
-        self.apply(c.RunSubmitted(0, self.run_id, self.spec, self.policy))
+        self.apply(c.RunSubmitted(0, self.run_id, self.spec, self.policy, MANIFEST, WORKER_KEYS))
         for w in self.workers.values():
             self.at(self.rng.randint(0, 500), "reconnect", w.worker_id, w.epoch)
             self.at(HEARTBEAT_MS + self.rng.randint(0, 300), "heartbeat", w.worker_id, w.epoch)

@@ -25,14 +25,20 @@ RUN_STATE_COMPLETE: RunState
 RUN_STATE_INCOMPLETE: RunState
 
 class SubmitRunRequest(_message.Message):
-    __slots__ = ("spec_json", "policy_json", "run_id")
+    __slots__ = ("spec_json", "policy_json", "run_id", "manifest", "worker_keys", "bench_root")
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     POLICY_JSON_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    WORKER_KEYS_FIELD_NUMBER: _ClassVar[int]
+    BENCH_ROOT_FIELD_NUMBER: _ClassVar[int]
     spec_json: str
     policy_json: str
     run_id: str
-    def __init__(self, spec_json: _Optional[str] = ..., policy_json: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+    manifest: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentComponent]
+    worker_keys: _containers.RepeatedScalarFieldContainer[str]
+    bench_root: str
+    def __init__(self, spec_json: _Optional[str] = ..., policy_json: _Optional[str] = ..., run_id: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., worker_keys: _Optional[_Iterable[str]] = ..., bench_root: _Optional[str] = ...) -> None: ...
 
 class SubmitRunResponse(_message.Message):
     __slots__ = ("run_id", "created")
@@ -57,7 +63,7 @@ class GroupCount(_message.Message):
     def __init__(self, state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class RunStatus(_message.Message):
-    __slots__ = ("run_id", "state", "blocked_reason", "group_counts", "cells_selected", "cells_incomplete", "cells_running", "peak_concurrent_groups", "slots_offered", "max_concurrent_groups", "cells_total", "retries", "cells_exhausted")
+    __slots__ = ("run_id", "state", "blocked_reason", "group_counts", "cells_selected", "cells_incomplete", "cells_running", "peak_concurrent_groups", "slots_offered", "max_concurrent_groups", "cells_total", "retries", "cells_exhausted", "environment_id", "reference_keys", "pin_environment_id", "pinned_by", "pinned_age_ms")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +77,11 @@ class RunStatus(_message.Message):
     CELLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     CELLS_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    PIN_ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PINNED_BY_FIELD_NUMBER: _ClassVar[int]
+    PINNED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     state: RunState
     blocked_reason: str
@@ -84,10 +95,15 @@ class RunStatus(_message.Message):
     cells_total: int
     retries: int
     cells_exhausted: int
-    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., group_counts: _Optional[_Iterable[_Union[GroupCount, _Mapping]]] = ..., cells_selected: _Optional[int] = ..., cells_incomplete: _Optional[int] = ..., cells_running: _Optional[int] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., max_concurrent_groups: _Optional[int] = ..., cells_total: _Optional[int] = ..., retries: _Optional[int] = ..., cells_exhausted: _Optional[int] = ...) -> None: ...
+    environment_id: str
+    reference_keys: int
+    pin_environment_id: str
+    pinned_by: str
+    pinned_age_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., group_counts: _Optional[_Iterable[_Union[GroupCount, _Mapping]]] = ..., cells_selected: _Optional[int] = ..., cells_incomplete: _Optional[int] = ..., cells_running: _Optional[int] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., max_concurrent_groups: _Optional[int] = ..., cells_total: _Optional[int] = ..., retries: _Optional[int] = ..., cells_exhausted: _Optional[int] = ..., environment_id: _Optional[str] = ..., reference_keys: _Optional[int] = ..., pin_environment_id: _Optional[str] = ..., pinned_by: _Optional[str] = ..., pinned_age_ms: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id")
+    __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id", "refused_run_id", "refused_reason", "refused_differences", "refused_age_ms", "serves_runs")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +111,11 @@ class WorkerStatus(_message.Message):
     BUSY_SLOTS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_REASON_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    SERVES_RUNS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     status: str
     incarnation: int
@@ -102,7 +123,12 @@ class WorkerStatus(_message.Message):
     busy_slots: int
     last_heartbeat_age_ms: int
     environment_id: str
-    def __init__(self, worker_id: _Optional[str] = ..., status: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ..., environment_id: _Optional[str] = ...) -> None: ...
+    refused_run_id: str
+    refused_reason: str
+    refused_differences: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentDifference]
+    refused_age_ms: int
+    serves_runs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., status: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ..., environment_id: _Optional[str] = ..., refused_run_id: _Optional[str] = ..., refused_reason: _Optional[str] = ..., refused_differences: _Optional[_Iterable[_Union[_common_pb2.EnvironmentDifference, _Mapping]]] = ..., refused_age_ms: _Optional[int] = ..., serves_runs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeadLetterStatus(_message.Message):
     __slots__ = ("worker_id", "attempt_id", "reason")

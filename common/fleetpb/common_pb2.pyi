@@ -44,6 +44,8 @@ class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECTION_REASON_GROUP_NOT_ASSIGNED: _ClassVar[RejectionReason]
     REJECTION_REASON_RUN_NOT_BLOCKED: _ClassVar[RejectionReason]
     REJECTION_REASON_STORAGE_FULL: _ClassVar[RejectionReason]
+    REJECTION_REASON_RUN_PIN_HELD: _ClassVar[RejectionReason]
+    REJECTION_REASON_PROTOCOL_UNSUPPORTED: _ClassVar[RejectionReason]
 
 class Execution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -123,6 +125,8 @@ REJECTION_REASON_IDENTITY_MISMATCH: RejectionReason
 REJECTION_REASON_GROUP_NOT_ASSIGNED: RejectionReason
 REJECTION_REASON_RUN_NOT_BLOCKED: RejectionReason
 REJECTION_REASON_STORAGE_FULL: RejectionReason
+REJECTION_REASON_RUN_PIN_HELD: RejectionReason
+REJECTION_REASON_PROTOCOL_UNSUPPORTED: RejectionReason
 EXECUTION_UNSPECIFIED: Execution
 EXECUTION_COMPLETED: Execution
 EXECUTION_SUBJECT_FAILED: Execution
@@ -150,6 +154,24 @@ ACK_OUTCOME_ACCEPTED: AckOutcome
 ACK_OUTCOME_DUPLICATE: AckOutcome
 ACK_OUTCOME_LATE: AckOutcome
 ACK_OUTCOME_REJECTED: AckOutcome
+
+class EnvironmentDifference(_message.Message):
+    __slots__ = ("key", "run_value", "worker_value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RUN_VALUE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    run_value: str
+    worker_value: str
+    def __init__(self, key: _Optional[str] = ..., run_value: _Optional[str] = ..., worker_value: _Optional[str] = ...) -> None: ...
+
+class EnvironmentComponent(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class ArtifactRef(_message.Message):
     __slots__ = ("name", "digest", "size_bytes")

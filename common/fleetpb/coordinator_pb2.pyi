@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerFrame(_message.Message):
-    __slots__ = ("seq", "hello", "heartbeat", "cell_report", "upload_chunk", "group_finished", "drain_notice", "goodbye", "dead_letter")
+    __slots__ = ("seq", "hello", "heartbeat", "cell_report", "upload_chunk", "group_finished", "drain_notice", "goodbye", "dead_letter", "run_environment")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class WorkerFrame(_message.Message):
     DRAIN_NOTICE_FIELD_NUMBER: _ClassVar[int]
     GOODBYE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    RUN_ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: Hello
     heartbeat: Heartbeat
@@ -28,10 +29,11 @@ class WorkerFrame(_message.Message):
     drain_notice: DrainNotice
     goodbye: Goodbye
     dead_letter: DeadLetter
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., cell_report: _Optional[_Union[CellReport, _Mapping]] = ..., upload_chunk: _Optional[_Union[UploadChunk, _Mapping]] = ..., group_finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., drain_notice: _Optional[_Union[DrainNotice, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
+    run_environment: RunEnvironment
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., cell_report: _Optional[_Union[CellReport, _Mapping]] = ..., upload_chunk: _Optional[_Union[UploadChunk, _Mapping]] = ..., group_finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., drain_notice: _Optional[_Union[DrainNotice, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., run_environment: _Optional[_Union[RunEnvironment, _Mapping]] = ...) -> None: ...
 
 class CoordinatorFrame(_message.Message):
-    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain", "acks")
+    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain", "acks", "run_offer", "run_refused")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +42,8 @@ class CoordinatorFrame(_message.Message):
     UPLOAD_STATUS_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    RUN_OFFER_FIELD_NUMBER: _ClassVar[int]
+    RUN_REFUSED_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     assignment: AssignmentPush
     revoke: Revoke
@@ -48,15 +52,9 @@ class CoordinatorFrame(_message.Message):
     upload_status: UploadStatus
     drain: DrainRequest
     acks: AckBatch
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ..., drain: _Optional[_Union[DrainRequest, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ...) -> None: ...
-
-class EnvironmentComponent(_message.Message):
-    __slots__ = ("key", "value")
-    KEY_FIELD_NUMBER: _ClassVar[int]
-    VALUE_FIELD_NUMBER: _ClassVar[int]
-    key: str
-    value: str
-    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    run_offer: RunOffer
+    run_refused: RunRefused
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ..., drain: _Optional[_Union[DrainRequest, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., run_offer: _Optional[_Union[RunOffer, _Mapping]] = ..., run_refused: _Optional[_Union[RunRefused, _Mapping]] = ...) -> None: ...
 
 class PendingUpload(_message.Message):
     __slots__ = ("digest", "total_length")
@@ -86,7 +84,7 @@ class Hello(_message.Message):
     slots: int
     cpu_millis: int
     memory_mb: int
-    environment: _containers.RepeatedCompositeFieldContainer[EnvironmentComponent]
+    environment: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentComponent]
     environment_id: str
     owned_assignment_ids: _containers.RepeatedScalarFieldContainer[str]
     buffered_attempt_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -94,7 +92,15 @@ class Hello(_message.Message):
     protocol_version: int
     software_version: str
     cell_environment_id: str
-    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., environment: _Optional[_Iterable[_Union[EnvironmentComponent, _Mapping]]] = ..., environment_id: _Optional[str] = ..., owned_assignment_ids: _Optional[_Iterable[str]] = ..., buffered_attempt_ids: _Optional[_Iterable[str]] = ..., pending_uploads: _Optional[_Iterable[_Union[PendingUpload, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., software_version: _Optional[str] = ..., cell_environment_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., environment: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., environment_id: _Optional[str] = ..., owned_assignment_ids: _Optional[_Iterable[str]] = ..., buffered_attempt_ids: _Optional[_Iterable[str]] = ..., pending_uploads: _Optional[_Iterable[_Union[PendingUpload, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., software_version: _Optional[str] = ..., cell_environment_id: _Optional[str] = ...) -> None: ...
+
+class RunEnvironment(_message.Message):
+    __slots__ = ("run_id", "components")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    components: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentComponent]
+    def __init__(self, run_id: _Optional[str] = ..., components: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("owned_assignment_ids", "running_cells", "outbox_depth")
@@ -165,6 +171,46 @@ class DeadLetter(_message.Message):
     attempt_id: str
     reason: str
     def __init__(self, attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RunOffer(_message.Message):
+    __slots__ = ("run_id", "keys")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RunRefused(_message.Message):
+    __slots__ = ("run_id", "reason", "differences")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    differences: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentDifference]
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ..., differences: _Optional[_Iterable[_Union[_common_pb2.EnvironmentDifference, _Mapping]]] = ...) -> None: ...
+
+class DescribeRunEnvironmentRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class DescribeRunEnvironmentResponse(_message.Message):
+    __slots__ = ("run_id", "reference", "worker_keys", "pin", "pinned_by", "environment_match")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_KEYS_FIELD_NUMBER: _ClassVar[int]
+    PIN_FIELD_NUMBER: _ClassVar[int]
+    PINNED_BY_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_MATCH_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reference: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentComponent]
+    worker_keys: _containers.RepeatedScalarFieldContainer[str]
+    pin: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentComponent]
+    pinned_by: str
+    environment_match: str
+    def __init__(self, run_id: _Optional[str] = ..., reference: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., worker_keys: _Optional[_Iterable[str]] = ..., pin: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., pinned_by: _Optional[str] = ..., environment_match: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("coordinator_incarnation", "heartbeat_interval_ms", "suspect_after_ms", "expire_after_ms", "worker_credential", "upload_offsets")

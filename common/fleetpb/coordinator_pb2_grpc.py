@@ -41,6 +41,11 @@ class CoordinatorStub:
                 request_serializer=fleet_dot_v1_dot_coordinator__pb2.WorkerFrame.SerializeToString,
                 response_deserializer=fleet_dot_v1_dot_coordinator__pb2.CoordinatorFrame.FromString,
                 _registered_method=True)
+        self.DescribeRunEnvironment = channel.unary_unary(
+                '/fleet.v1.Coordinator/DescribeRunEnvironment',
+                request_serializer=fleet_dot_v1_dot_coordinator__pb2.DescribeRunEnvironmentRequest.SerializeToString,
+                response_deserializer=fleet_dot_v1_dot_coordinator__pb2.DescribeRunEnvironmentResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -55,6 +60,14 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeRunEnvironment(self, request, context):
+        """What a run requires of a worker's environment, for `fleet-worker identity --against RUN`
+        (authenticated like `Session`). Read-only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -62,6 +75,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Session,
                     request_deserializer=fleet_dot_v1_dot_coordinator__pb2.WorkerFrame.FromString,
                     response_serializer=fleet_dot_v1_dot_coordinator__pb2.CoordinatorFrame.SerializeToString,
+            ),
+            'DescribeRunEnvironment': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeRunEnvironment,
+                    request_deserializer=fleet_dot_v1_dot_coordinator__pb2.DescribeRunEnvironmentRequest.FromString,
+                    response_serializer=fleet_dot_v1_dot_coordinator__pb2.DescribeRunEnvironmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -92,6 +110,33 @@ class Coordinator:
             '/fleet.v1.Coordinator/Session',
             fleet_dot_v1_dot_coordinator__pb2.WorkerFrame.SerializeToString,
             fleet_dot_v1_dot_coordinator__pb2.CoordinatorFrame.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeRunEnvironment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fleet.v1.Coordinator/DescribeRunEnvironment',
+            fleet_dot_v1_dot_coordinator__pb2.DescribeRunEnvironmentRequest.SerializeToString,
+            fleet_dot_v1_dot_coordinator__pb2.DescribeRunEnvironmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

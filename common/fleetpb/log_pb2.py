@@ -26,49 +26,65 @@ _sym_db = _symbol_database.Default()
 from common.fleetpb import common_pb2 as fleet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x66leet/v1/log.proto\x12\x08\x66leet.v1\x1a\x15\x66leet/v1/common.proto\"\x85\x0f\n\tLogRecord\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0e\n\x06now_ms\x18\x02 \x01(\x03\x12\x39\n\rrun_submitted\x18\n \x01(\x0b\x32 .fleet.v1.LogRecord.RunSubmittedH\x00\x12\x41\n\x11worker_registered\x18\x0b \x01(\x0b\x32$.fleet.v1.LogRecord.WorkerRegisteredH\x00\x12\x39\n\rcell_reported\x18\x0c \x01(\x0b\x32 .fleet.v1.LogRecord.CellReportedH\x00\x12=\n\x0f\x61rtifact_stored\x18\r \x01(\x0b\x32\".fleet.v1.LogRecord.ArtifactStoredH\x00\x12;\n\x0egroup_finished\x18\x0e \x01(\x0b\x32!.fleet.v1.LogRecord.GroupFinishedH\x00\x12\x33\n\nrun_paused\x18\x0f \x01(\x0b\x32\x1d.fleet.v1.LogRecord.RunPausedH\x00\x12\x39\n\rrun_recovered\x18\x10 \x01(\x0b\x32 .fleet.v1.LogRecord.RunRecoveredH\x00\x12\x37\n\x0crun_repaired\x18\x11 \x01(\x0b\x32\x1f.fleet.v1.LogRecord.RunRepairedH\x00\x12\x42\n\x12\x63\x65ll_retry_granted\x18\x12 \x01(\x0b\x32$.fleet.v1.LogRecord.CellRetryGrantedH\x00\x12;\n\x0eworker_drained\x18\x13 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerDrainedH\x00\x12\x35\n\x0bworker_gone\x18\x14 \x01(\x0b\x32\x1e.fleet.v1.LogRecord.WorkerGoneH\x00\x12I\n\x15\x63oordinator_recovered\x18\x15 \x01(\x0b\x32(.fleet.v1.LogRecord.CoordinatorRecoveredH\x00\x12?\n\x10worker_suspected\x18\x16 \x01(\x0b\x32#.fleet.v1.LogRecord.WorkerSuspectedH\x00\x12;\n\x0eworker_resumed\x18\x17 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerResumedH\x00\x12;\n\x0eworker_expired\x18\x18 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerExpiredH\x00\x12\x39\n\rtime_advanced\x18\x19 \x01(\x0b\x32 .fleet.v1.LogRecord.TimeAdvancedH\x00\x1a<\n\x0cRunSubmitted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04spec\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x1a\xc6\x01\n\x10WorkerRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\x12\r\n\x05slots\x18\x03 \x01(\x03\x12\x16\n\x0e\x65nvironment_id\x18\x04 \x01(\t\x12\x12\n\ncpu_millis\x18\x05 \x01(\x03\x12\x11\n\tmemory_mb\x18\x06 \x01(\x03\x12\r\n\x05owned\x18\x07 \x03(\t\x12\x10\n\x08\x62uffered\x18\x08 \x03(\t\x12\x1b\n\x13\x63\x65ll_environment_id\x18\t \x01(\t\x1a\x82\x01\n\x0c\x43\x65llReported\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x15\n\rassignment_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12 \n\x06report\x18\x05 \x01(\x0b\x32\x10.fleet.v1.Report\x1a\x34\n\x0e\x41rtifactStored\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x1a\x39\n\rGroupFinished\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rassignment_id\x18\x02 \x01(\t\x1a\x1b\n\tRunPaused\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x1a\x1e\n\x0cRunRecovered\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x1a-\n\x0bRunRepaired\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x1a\x33\n\x10\x43\x65llRetryGranted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x65ll_id\x18\x02 \x01(\t\x1a\"\n\rWorkerDrained\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x1f\n\nWorkerGone\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x16\n\x14\x43oordinatorRecovered\x1a$\n\x0fWorkerSuspected\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerResumed\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerExpired\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x0e\n\x0cTimeAdvancedB\t\n\x07\x63ommand\")\n\x08LogEntry\x12\x0e\n\x06record\x18\x01 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x02 \x01(\x07\"<\n\x08Snapshot\x12\x12\n\nlast_index\x18\x01 \x01(\x04\x12\r\n\x05state\x18\x02 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x03 \x01(\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x66leet/v1/log.proto\x12\x08\x66leet.v1\x1a\x15\x66leet/v1/common.proto\"\xa3\x14\n\tLogRecord\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0e\n\x06now_ms\x18\x02 \x01(\x03\x12\x39\n\rrun_submitted\x18\n \x01(\x0b\x32 .fleet.v1.LogRecord.RunSubmittedH\x00\x12\x41\n\x11worker_registered\x18\x0b \x01(\x0b\x32$.fleet.v1.LogRecord.WorkerRegisteredH\x00\x12\x39\n\rcell_reported\x18\x0c \x01(\x0b\x32 .fleet.v1.LogRecord.CellReportedH\x00\x12=\n\x0f\x61rtifact_stored\x18\r \x01(\x0b\x32\".fleet.v1.LogRecord.ArtifactStoredH\x00\x12;\n\x0egroup_finished\x18\x0e \x01(\x0b\x32!.fleet.v1.LogRecord.GroupFinishedH\x00\x12\x33\n\nrun_paused\x18\x0f \x01(\x0b\x32\x1d.fleet.v1.LogRecord.RunPausedH\x00\x12\x39\n\rrun_recovered\x18\x10 \x01(\x0b\x32 .fleet.v1.LogRecord.RunRecoveredH\x00\x12\x37\n\x0crun_repaired\x18\x11 \x01(\x0b\x32\x1f.fleet.v1.LogRecord.RunRepairedH\x00\x12\x42\n\x12\x63\x65ll_retry_granted\x18\x12 \x01(\x0b\x32$.fleet.v1.LogRecord.CellRetryGrantedH\x00\x12;\n\x0eworker_drained\x18\x13 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerDrainedH\x00\x12\x35\n\x0bworker_gone\x18\x14 \x01(\x0b\x32\x1e.fleet.v1.LogRecord.WorkerGoneH\x00\x12I\n\x15\x63oordinator_recovered\x18\x15 \x01(\x0b\x32(.fleet.v1.LogRecord.CoordinatorRecoveredH\x00\x12?\n\x10worker_suspected\x18\x16 \x01(\x0b\x32#.fleet.v1.LogRecord.WorkerSuspectedH\x00\x12;\n\x0eworker_resumed\x18\x17 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerResumedH\x00\x12;\n\x0eworker_expired\x18\x18 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerExpiredH\x00\x12\x39\n\rtime_advanced\x18\x19 \x01(\x0b\x32 .fleet.v1.LogRecord.TimeAdvancedH\x00\x12N\n\x18run_environment_measured\x18\x1a \x01(\x0b\x32*.fleet.v1.LogRecord.RunEnvironmentMeasuredH\x00\x12>\n\x10run_pin_released\x18\x1b \x01(\x0b\x32\".fleet.v1.LogRecord.RunPinReleasedH\x00\x1a\xc4\x01\n\x0cRunSubmitted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04spec\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12@\n\x08manifest\x18\x04 \x03(\x0b\x32..fleet.v1.LogRecord.RunSubmitted.ManifestEntry\x12\x13\n\x0bworker_keys\x18\x05 \x03(\t\x1a/\n\rManifestEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\xc6\x02\n\x10WorkerRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\x12\r\n\x05slots\x18\x03 \x01(\x03\x12\x16\n\x0e\x65nvironment_id\x18\x04 \x01(\t\x12\x12\n\ncpu_millis\x18\x05 \x01(\x03\x12\x11\n\tmemory_mb\x18\x06 \x01(\x03\x12\r\n\x05owned\x18\x07 \x03(\t\x12\x10\n\x08\x62uffered\x18\x08 \x03(\t\x12\x1b\n\x13\x63\x65ll_environment_id\x18\t \x01(\t\x12J\n\x0b\x65nvironment\x18\n \x03(\x0b\x32\x35.fleet.v1.LogRecord.WorkerRegistered.EnvironmentEntry\x1a\x32\n\x10\x45nvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x82\x01\n\x0c\x43\x65llReported\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x15\n\rassignment_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12 \n\x06report\x18\x05 \x01(\x0b\x32\x10.fleet.v1.Report\x1a\x34\n\x0e\x41rtifactStored\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x1a\x39\n\rGroupFinished\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rassignment_id\x18\x02 \x01(\t\x1a\x1b\n\tRunPaused\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x1a\x1e\n\x0cRunRecovered\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x1a-\n\x0bRunRepaired\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x1a\x33\n\x10\x43\x65llRetryGranted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x65ll_id\x18\x02 \x01(\t\x1a\"\n\rWorkerDrained\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x1f\n\nWorkerGone\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x16\n\x14\x43oordinatorRecovered\x1a$\n\x0fWorkerSuspected\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerResumed\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerExpired\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x0e\n\x0cTimeAdvanced\x1a\xcd\x01\n\x16RunEnvironmentMeasured\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12J\n\x08measured\x18\x04 \x03(\x0b\x32\x38.fleet.v1.LogRecord.RunEnvironmentMeasured.MeasuredEntry\x1a/\n\rMeasuredEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x0eRunPinReleased\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\tB\t\n\x07\x63ommand\")\n\x08LogEntry\x12\x0e\n\x06record\x18\x01 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x02 \x01(\x07\"<\n\x08Snapshot\x12\x12\n\nlast_index\x18\x01 \x01(\x04\x12\r\n\x05state\x18\x02 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x03 \x01(\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'common.fleetpb.log_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_LOGRECORD_RUNSUBMITTED_MANIFESTENTRY']._loaded_options = None
+  _globals['_LOGRECORD_RUNSUBMITTED_MANIFESTENTRY']._serialized_options = b'8\001'
+  _globals['_LOGRECORD_WORKERREGISTERED_ENVIRONMENTENTRY']._loaded_options = None
+  _globals['_LOGRECORD_WORKERREGISTERED_ENVIRONMENTENTRY']._serialized_options = b'8\001'
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._loaded_options = None
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_options = b'8\001'
   _globals['_LOGRECORD']._serialized_start=56
-  _globals['_LOGRECORD']._serialized_end=1981
-  _globals['_LOGRECORD_RUNSUBMITTED']._serialized_start=1083
-  _globals['_LOGRECORD_RUNSUBMITTED']._serialized_end=1143
-  _globals['_LOGRECORD_WORKERREGISTERED']._serialized_start=1146
-  _globals['_LOGRECORD_WORKERREGISTERED']._serialized_end=1344
-  _globals['_LOGRECORD_CELLREPORTED']._serialized_start=1347
-  _globals['_LOGRECORD_CELLREPORTED']._serialized_end=1477
-  _globals['_LOGRECORD_ARTIFACTSTORED']._serialized_start=1479
-  _globals['_LOGRECORD_ARTIFACTSTORED']._serialized_end=1531
-  _globals['_LOGRECORD_GROUPFINISHED']._serialized_start=1533
-  _globals['_LOGRECORD_GROUPFINISHED']._serialized_end=1590
-  _globals['_LOGRECORD_RUNPAUSED']._serialized_start=1592
-  _globals['_LOGRECORD_RUNPAUSED']._serialized_end=1619
-  _globals['_LOGRECORD_RUNRECOVERED']._serialized_start=1621
-  _globals['_LOGRECORD_RUNRECOVERED']._serialized_end=1651
-  _globals['_LOGRECORD_RUNREPAIRED']._serialized_start=1653
-  _globals['_LOGRECORD_RUNREPAIRED']._serialized_end=1698
-  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_start=1700
-  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_end=1751
-  _globals['_LOGRECORD_WORKERDRAINED']._serialized_start=1753
-  _globals['_LOGRECORD_WORKERDRAINED']._serialized_end=1787
-  _globals['_LOGRECORD_WORKERGONE']._serialized_start=1789
-  _globals['_LOGRECORD_WORKERGONE']._serialized_end=1820
-  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_start=1822
-  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_end=1844
-  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_start=1846
-  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_end=1882
-  _globals['_LOGRECORD_WORKERRESUMED']._serialized_start=1884
-  _globals['_LOGRECORD_WORKERRESUMED']._serialized_end=1918
-  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_start=1920
-  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_end=1954
-  _globals['_LOGRECORD_TIMEADVANCED']._serialized_start=1956
-  _globals['_LOGRECORD_TIMEADVANCED']._serialized_end=1970
-  _globals['_LOGENTRY']._serialized_start=1983
-  _globals['_LOGENTRY']._serialized_end=2024
-  _globals['_SNAPSHOT']._serialized_start=2026
-  _globals['_SNAPSHOT']._serialized_end=2086
+  _globals['_LOGRECORD']._serialized_end=2651
+  _globals['_LOGRECORD_RUNSUBMITTED']._serialized_start=1228
+  _globals['_LOGRECORD_RUNSUBMITTED']._serialized_end=1424
+  _globals['_LOGRECORD_RUNSUBMITTED_MANIFESTENTRY']._serialized_start=1377
+  _globals['_LOGRECORD_RUNSUBMITTED_MANIFESTENTRY']._serialized_end=1424
+  _globals['_LOGRECORD_WORKERREGISTERED']._serialized_start=1427
+  _globals['_LOGRECORD_WORKERREGISTERED']._serialized_end=1753
+  _globals['_LOGRECORD_WORKERREGISTERED_ENVIRONMENTENTRY']._serialized_start=1703
+  _globals['_LOGRECORD_WORKERREGISTERED_ENVIRONMENTENTRY']._serialized_end=1753
+  _globals['_LOGRECORD_CELLREPORTED']._serialized_start=1756
+  _globals['_LOGRECORD_CELLREPORTED']._serialized_end=1886
+  _globals['_LOGRECORD_ARTIFACTSTORED']._serialized_start=1888
+  _globals['_LOGRECORD_ARTIFACTSTORED']._serialized_end=1940
+  _globals['_LOGRECORD_GROUPFINISHED']._serialized_start=1942
+  _globals['_LOGRECORD_GROUPFINISHED']._serialized_end=1999
+  _globals['_LOGRECORD_RUNPAUSED']._serialized_start=2001
+  _globals['_LOGRECORD_RUNPAUSED']._serialized_end=2028
+  _globals['_LOGRECORD_RUNRECOVERED']._serialized_start=2030
+  _globals['_LOGRECORD_RUNRECOVERED']._serialized_end=2060
+  _globals['_LOGRECORD_RUNREPAIRED']._serialized_start=2062
+  _globals['_LOGRECORD_RUNREPAIRED']._serialized_end=2107
+  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_start=2109
+  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_end=2160
+  _globals['_LOGRECORD_WORKERDRAINED']._serialized_start=2162
+  _globals['_LOGRECORD_WORKERDRAINED']._serialized_end=2196
+  _globals['_LOGRECORD_WORKERGONE']._serialized_start=2198
+  _globals['_LOGRECORD_WORKERGONE']._serialized_end=2229
+  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_start=2231
+  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_end=2253
+  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_start=2255
+  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_end=2291
+  _globals['_LOGRECORD_WORKERRESUMED']._serialized_start=2293
+  _globals['_LOGRECORD_WORKERRESUMED']._serialized_end=2327
+  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_start=2329
+  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_end=2363
+  _globals['_LOGRECORD_TIMEADVANCED']._serialized_start=2365
+  _globals['_LOGRECORD_TIMEADVANCED']._serialized_end=2379
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED']._serialized_start=2382
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED']._serialized_end=2587
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_start=2540
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_end=2587
+  _globals['_LOGRECORD_RUNPINRELEASED']._serialized_start=2589
+  _globals['_LOGRECORD_RUNPINRELEASED']._serialized_end=2640
+  _globals['_LOGENTRY']._serialized_start=2653
+  _globals['_LOGENTRY']._serialized_end=2694
+  _globals['_SNAPSHOT']._serialized_start=2696
+  _globals['_SNAPSHOT']._serialized_end=2756
 # @@protoc_insertion_point(module_scope)

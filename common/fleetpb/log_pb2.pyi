@@ -9,18 +9,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LogRecord(_message.Message):
-    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced")
+    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released")
     class RunSubmitted(_message.Message):
-        __slots__ = ("run_id", "spec", "policy")
+        __slots__ = ("run_id", "spec", "policy", "manifest", "worker_keys")
+        class ManifestEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
         RUN_ID_FIELD_NUMBER: _ClassVar[int]
         SPEC_FIELD_NUMBER: _ClassVar[int]
         POLICY_FIELD_NUMBER: _ClassVar[int]
+        MANIFEST_FIELD_NUMBER: _ClassVar[int]
+        WORKER_KEYS_FIELD_NUMBER: _ClassVar[int]
         run_id: str
         spec: str
         policy: str
-        def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[str] = ..., policy: _Optional[str] = ...) -> None: ...
+        manifest: _containers.ScalarMap[str, str]
+        worker_keys: _containers.RepeatedScalarFieldContainer[str]
+        def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[str] = ..., policy: _Optional[str] = ..., manifest: _Optional[_Mapping[str, str]] = ..., worker_keys: _Optional[_Iterable[str]] = ...) -> None: ...
     class WorkerRegistered(_message.Message):
-        __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered", "cell_environment_id")
+        __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered", "cell_environment_id", "environment")
+        class EnvironmentEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]
         INCARNATION_FIELD_NUMBER: _ClassVar[int]
         SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +48,7 @@ class LogRecord(_message.Message):
         OWNED_FIELD_NUMBER: _ClassVar[int]
         BUFFERED_FIELD_NUMBER: _ClassVar[int]
         CELL_ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+        ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
         worker_id: str
         incarnation: int
         slots: int
@@ -39,7 +58,8 @@ class LogRecord(_message.Message):
         owned: _containers.RepeatedScalarFieldContainer[str]
         buffered: _containers.RepeatedScalarFieldContainer[str]
         cell_environment_id: str
-        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., environment_id: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., owned: _Optional[_Iterable[str]] = ..., buffered: _Optional[_Iterable[str]] = ..., cell_environment_id: _Optional[str] = ...) -> None: ...
+        environment: _containers.ScalarMap[str, str]
+        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., environment_id: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., owned: _Optional[_Iterable[str]] = ..., buffered: _Optional[_Iterable[str]] = ..., cell_environment_id: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ...) -> None: ...
     class CellReported(_message.Message):
         __slots__ = ("worker_id", "attempt_id", "assignment_id", "generation", "report")
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +142,31 @@ class LogRecord(_message.Message):
     class TimeAdvanced(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
+    class RunEnvironmentMeasured(_message.Message):
+        __slots__ = ("worker_id", "incarnation", "run_id", "measured")
+        class MeasuredEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        INCARNATION_FIELD_NUMBER: _ClassVar[int]
+        RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        MEASURED_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        incarnation: int
+        run_id: str
+        measured: _containers.ScalarMap[str, str]
+        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., run_id: _Optional[str] = ..., measured: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    class RunPinReleased(_message.Message):
+        __slots__ = ("run_id", "worker_id")
+        RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        run_id: str
+        worker_id: str
+        def __init__(self, run_id: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     RUN_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +185,8 @@ class LogRecord(_message.Message):
     WORKER_RESUMED_FIELD_NUMBER: _ClassVar[int]
     WORKER_EXPIRED_FIELD_NUMBER: _ClassVar[int]
     TIME_ADVANCED_FIELD_NUMBER: _ClassVar[int]
+    RUN_ENVIRONMENT_MEASURED_FIELD_NUMBER: _ClassVar[int]
+    RUN_PIN_RELEASED_FIELD_NUMBER: _ClassVar[int]
     index: int
     now_ms: int
     run_submitted: LogRecord.RunSubmitted
@@ -158,7 +205,9 @@ class LogRecord(_message.Message):
     worker_resumed: LogRecord.WorkerResumed
     worker_expired: LogRecord.WorkerExpired
     time_advanced: LogRecord.TimeAdvanced
-    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ...) -> None: ...
+    run_environment_measured: LogRecord.RunEnvironmentMeasured
+    run_pin_released: LogRecord.RunPinReleased
+    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ...) -> None: ...
 
 class LogEntry(_message.Message):
     __slots__ = ("record", "crc32")

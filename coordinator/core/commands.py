@@ -16,6 +16,9 @@ from common.ids import AssignmentId, AttemptId, CellId, Digest, RunId, WorkerId
 from common.policy import Policy
 from common.spec import ExperimentSpec
 
+# A measured environment: (key, value) pairs sorted by key (common/identity.py names the keys).
+Manifest = tuple[tuple[str, str], ...]
+
 
 @dataclass(frozen=True, slots=True)
 class RunSubmitted:
@@ -23,6 +26,12 @@ class RunSubmitted:
     run_id: RunId
     spec: ExperimentSpec
     policy: Policy
+    # The submitter's measurement of what the run uses (bench files, task dirs, modules): the
+    # reference every worker's own measurement of these keys must equal.
+    manifest: Manifest = ()
+    # Keys the spec names that only a worker can measure (tools on its PATH); with the
+    # worker's Hello environment they form the pin, fixed at the run's first dispatch.
+    worker_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,18 @@ class WorkerRegistered:
     owned: tuple[AssignmentId, ...] = ()  # assignments the worker is still running
     buffered: tuple[AttemptId, ...] = ()  # attempts whose reports wait in its outbox
     cell_environment_id: str = ""  # common/identity.py: what subjects and verifiers see
+    environment: Manifest = ()  # the Hello's measured, spec-independent components
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnvironmentMeasured:
+    """A worker's own measurement of the keys a run named when it was offered the run."""
+
+    now_ms: int
+    worker_id: WorkerId
+    incarnation: int
+    run_id: RunId
+    measured: Manifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +171,20 @@ class TimeAdvanced:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class RunPinReleased:
+    """The worker that pinned a run's worker-measured environment expired or left, and no
+    selected result or running group depends on the pin (derived from a clock tick)."""
+
+    now_ms: int
+    run_id: RunId
+    worker_id: WorkerId
+
+
 Command = (
     RunSubmitted | WorkerRegistered | HeartbeatReceived | WorkerDisconnected | CellReported
     | ArtifactStored | GroupFinished | RunPaused | RunRecovered | RunRepaired | CellRetryGranted
     | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
-    | WorkerResumed | WorkerExpired | TimeAdvanced
+    | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased
 )
 SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, ClockTicked)

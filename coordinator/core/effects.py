@@ -97,7 +97,26 @@ class Emit:
     detail: str = ""
 
 
-Effect = PushAssignment | RevokeAssignment | RequestDrain | NotifyRunState | Emit
+@dataclass(frozen=True, slots=True)
+class OfferRun:
+    """Ask a worker to measure these keys of a run from its own bench root."""
+
+    worker_id: WorkerId
+    run_id: RunId
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseRun:
+    """Tell a worker it may not serve a run, and why (for its log and exit code)."""
+
+    worker_id: WorkerId
+    run_id: RunId
+    reason: str
+    differences: tuple[tuple[str, str, str], ...]  # (key, run's value, worker's value)
+
+
+Effect = PushAssignment | RevokeAssignment | RequestDrain | NotifyRunState | Emit | OfferRun | RefuseRun
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """Invariants of the contract, checked over a whole state (for tests and the simulation).
 
 `check(state)` returns the violations as sentences; `Monitor` also checks what holds
-between states: a selected result never changes, attempt ids are never reused. Costs in
-proportion to the state: not for the daemon's hot path.
+between states: a selected result never changes, attempt ids are never reused, an attempt is
+dispatched only to a worker whose measurement matches the run's reference and pin, and the
+selected results of a run were all dispatched under one pin (environments never mix).
+Costs in proportion to the state: not for the daemon's hot path.
 """
 from __future__ import annotations
 
@@ -90,6 +92,11 @@ def check(state: State) -> list[str]:
                 bad.append(f"group {group.group_id} waits with nothing to run")
         if settled != run.settled_groups:
             bad.append(f"run {run.run_id} counts {run.settled_groups} settled groups, has {settled}")
+        selected = sum(1 for cell in run.cells.values() if cell.selected is not None)
+        if selected != run.selected_cells:
+            bad.append(f"run {run.run_id} counts {run.selected_cells} selected cells, has {selected}")
+        if selected and run.pin is None:
+            bad.append(f"run {run.run_id} has selected results but no pin")
     return bad
 
 
@@ -99,6 +106,7 @@ class Monitor:
 
     selected: dict[tuple[str, str], str] = field(default_factory=dict)  # (run, cell) -> attempt
     attempts_seen: dict[str, str] = field(default_factory=dict)
+    dispatch_pin: dict[str, object] = field(default_factory=dict)  # attempt -> its run's pin then
 
     def observe(self, state: State) -> list[str]:
         bad = check(state)
@@ -116,4 +124,16 @@ class Monitor:
             before = self.attempts_seen.setdefault(tid, t.cell_id)
             if before != t.cell_id:
                 bad.append(f"attempt id {tid} reused")
+            if tid not in self.dispatch_pin:  # dispatched in this step
+                run = state.runs[t.run_id]
+                fit = state.workers[t.worker_id].fits.get(t.run_id)
+                if fit is None or fit.differences:
+                    bad.append(f"attempt {tid} dispatched to {t.worker_id}, which has not measured the run to match")
+                elif run.pin != fit.components:
+                    bad.append(f"attempt {tid} dispatched to {t.worker_id}, whose environment is not the run's pin")
+                self.dispatch_pin[tid] = run.pin
+        for run in state.runs.values():
+            pins = {repr(self.dispatch_pin.get(cell.selected)) for cell in run.cells.values() if cell.selected}
+            if len(pins) > 1 or (pins and pins != {repr(run.pin)}):
+                bad.append(f"run {run.run_id} selected results dispatched under {len(pins)} environments")
         return bad

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
+from common.identity import CELL_ENVIRONMENT_PREFIXES
 from common.ids import AssignmentId, WorkerId, assignment_id_for, attempt_id_for, is_digest
 from common.policy import Policy, group_deadline_for
 from common.rejections import Rejection
@@ -36,8 +37,10 @@ from coordinator.core.effects import (
     Effect,
     Emit,
     NotifyRunState,
+    OfferRun,
     Outcome,
     PushAssignment,
+    RefuseRun,
     RequestDrain,
     RevokeAssignment,
     Transition,
@@ -49,6 +52,9 @@ from coordinator.core.state import (
     CellState,
     GroupState,
     GroupStatus,
+    NOT_MEASURED,
+    Refusal,
+    RunFit,
     RunState,
     State,
     WorkerState,
@@ -91,10 +97,13 @@ def _durable(fn: Callable[[State, object, Fx], Outcome]) -> Callable[[State, obj
 def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
     existing = state.runs.get(cmd.run_id)
     if existing is not None:
-        if existing.spec.canonical == cmd.spec.canonical and existing.policy == cmd.policy:
+        if (existing.spec.canonical == cmd.spec.canonical and existing.policy == cmd.policy
+                and tuple(existing.manifest.items()) == cmd.manifest and existing.worker_keys == cmd.worker_keys):
             return DUPLICATE
         return rejected(Rejection.SPEC_CONFLICT,
-                        f"run {cmd.run_id} is frozen with a different spec or policy")
+                        f"run {cmd.run_id} is frozen with a different spec, policy or environment manifest")
+    if list(cmd.manifest) != sorted(dict(cmd.manifest).items()) or len(dict(cmd.manifest)) != len(cmd.manifest):
+        return rejected(Rejection.SPEC_INVALID, "the environment manifest is not sorted by key or repeats a key")
     spec = cmd.spec
     groups: list[GroupState] = []
     cells: dict = {}
@@ -109,14 +118,18 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
     state.runs[cmd.run_id] = RunState(
         run_id=cmd.run_id, spec=spec, policy=cmd.policy, submitted_ms=cmd.now_ms,
         group_deadline_ms=group_deadline_for(spec, cmd.policy),
-        environment_id=cmd.policy.required_environment_id,
         groups=groups, cells=cells, group_by_id=group_by_id,
         ready=list(range(len(groups))),  # ascending, hence already a heap
         peak_slots_offered=state.slots_active,
+        manifest=dict(cmd.manifest), worker_keys=cmd.worker_keys,
     )
     state.version += 1
     fx.append(Emit("run_submitted", cmd.run_id, cmd.run_id,
-                   f"{spec.group_count} groups, {spec.cell_count} cells"))
+                   f"{spec.group_count} groups, {spec.cell_count} cells, {len(cmd.manifest)} reference keys"))
+    run = state.runs[cmd.run_id]
+    for worker in state.workers.values():
+        if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED):
+            fx.append(_offer(run, worker))
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
 
@@ -140,7 +153,7 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     if existing is None:
         worker = WorkerState(cmd.worker_id, cmd.incarnation, cmd.slots, cmd.environment_id,
                              cmd.cpu_millis, cmd.memory_mb, WorkerStatus.ACTIVE, cmd.now_ms,
-                             cell_environment_id=cmd.cell_environment_id)
+                             cell_environment_id=cmd.cell_environment_id, environment=cmd.environment)
         state.workers[cmd.worker_id] = worker
         state.slots_active += worker.slots
         held: dict = {}
@@ -155,6 +168,8 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
         worker.environment_id, worker.cpu_millis, worker.memory_mb = (
             cmd.environment_id, cmd.cpu_millis, cmd.memory_mb)
         worker.cell_environment_id = cmd.cell_environment_id
+        worker.environment = cmd.environment
+        worker.fits = {}  # a new stream measures again: the files may have changed meanwhile
         worker.registered_ms = cmd.now_ms
         worker.status = WorkerStatus.ACTIVE
         state.slots_active += worker.slots
@@ -168,8 +183,7 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
             continue
         if run.peak_slots_offered < state.slots_active:
             run.peak_slots_offered = state.slots_active
-        if not run.environment_id:  # the first admitted worker pins the run
-            run.environment_id = _environment_for(run.policy, worker.environment_id, worker.cell_environment_id)
+        fx.append(_offer(run, worker))
     _refresh_free(state, worker)
     fx.append(Emit("worker_registered", None, worker.worker_id,
                    f"incarnation {worker.incarnation}, {worker.slots} slots, {worker.environment_id}"))
@@ -178,32 +192,136 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
 
 
 def _admission_problem(state: State, cmd: c.WorkerRegistered) -> Outcome | None:
-    """Environment and capacity admission against every run that still has work."""
+    """Capacity admission against every run that still has work. The environment is judged
+    per run, once the worker has measured what the run uses (`_run_environment_measured`)."""
     open_runs = [r for r in state.runs.values() if not r.settled]
     if not open_runs:
         return None
-    matching = [r for r in open_runs
-                if not r.environment_id or r.environment_id == _environment_for(r.policy, cmd.environment_id,
-                                                                                cmd.cell_environment_id)]
-    if not matching:
-        wants = ", ".join(f"{r.run_id} requires {r.environment_id}" for r in open_runs)
-        return rejected(Rejection.ENVIRONMENT_MISMATCH,
-                        f"worker environment {cmd.environment_id} (cell environment "
-                        f"{cmd.cell_environment_id or 'not sent'}) matches no open run ({wants})")
-    for run in matching:
+    for run in open_runs:
         if _fits(run.policy, cmd.slots, cmd.cpu_millis, cmd.memory_mb):
             return None
-    p = matching[0].policy
+    p = open_runs[0].policy
     return rejected(Rejection.CAPACITY_INVALID,
                     f"{cmd.slots} slots need {cmd.slots * p.group_cpu_millis} cpu millis and "
                     f"{cmd.slots * p.group_memory_mb} MB; the worker offers {cmd.cpu_millis} and {cmd.memory_mb}")
 
 
-def _environment_for(policy: Policy, environment_id: str, cell_environment_id: str) -> str:
-    """The identity a run compares: the whole environment, or only the cell environment."""
-    if policy.environment_match == "cell":
-        return cell_environment_id or "(no cell environment id)"
-    return environment_id
+def _offer(run: RunState, worker: WorkerState) -> OfferRun:
+    return OfferRun(worker.worker_id, run.run_id, tuple(run.manifest) + run.worker_keys)
+
+
+def _pin_components(run: RunState, worker: WorkerState, measured: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """What a run pins at its first dispatch: the worker's spec-independent environment (only
+    its cell-environment part when the policy says environmentMatch "cell"), and the keys of
+    the spec only workers measure."""
+    env = worker.environment
+    if run.policy.environment_match == "cell":
+        env = tuple(kv for kv in env if kv[0].startswith(CELL_ENVIRONMENT_PREFIXES))
+    extra = tuple((k, measured.get(k, NOT_MEASURED)) for k in run.worker_keys)
+    return tuple(sorted(env + extra))
+
+
+def _differences(want: tuple[tuple[str, str], ...] | dict[str, str],
+                 got: tuple[tuple[str, str], ...] | dict[str, str]) -> tuple[tuple[str, str, str], ...]:
+    """(key, wanted, got) for every key of either side whose values differ."""
+    w, g = dict(want), dict(got)
+    return tuple((k, w.get(k, NOT_MEASURED), g.get(k, NOT_MEASURED))
+                 for k in sorted(dict.fromkeys([*w, *g])) if w.get(k) != g.get(k))
+
+
+def _refuse(run: RunState, worker: WorkerState, reason: str, differences: tuple, now: int, fx: Fx) -> None:
+    worker.refusal = Refusal(run.run_id, reason, differences, now)
+    fx.append(RefuseRun(worker.worker_id, run.run_id, reason, differences))
+    shown = "; ".join(f"{k}: run {a}, worker {b}" for k, a, b in differences[:3])
+    fx.append(Emit("worker_refused", run.run_id, worker.worker_id, f"{reason}" + (f" ({shown})" if shown else "")))
+
+
+def _pin_refusal(run: RunState, fit: RunFit) -> str:
+    return (f"the run's environment was pinned by worker {run.pinned_by} at its first dispatch, "
+            f"and this worker's differs in {len(_differences(run.pin or (), fit.components))} keys")
+
+
+def _run_environment_measured(state: State, cmd: c.RunEnvironmentMeasured, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return _unknown_worker(cmd.worker_id)
+    run = state.runs.get(cmd.run_id)
+    if run is None:
+        return _unknown_run(cmd.run_id)
+    if cmd.incarnation != worker.incarnation:
+        return rejected(Rejection.INCARNATION_STALE,
+                        f"a measurement of incarnation {cmd.incarnation}; the worker is at {worker.incarnation}")
+    if worker.status in (WorkerStatus.EXPIRED, WorkerStatus.GONE, WorkerStatus.RECONCILING):
+        return rejected(Rejection.WORKER_NOT_ACTIVE,
+                        f"worker {cmd.worker_id} is {worker.status.name.lower()}: register again")
+    measured = dict(cmd.measured)
+    if len(measured) != len(cmd.measured):
+        return rejected(Rejection.MALFORMED_FRAME, "the measurement repeats a key")
+    differences = tuple((k, want, measured.get(k, NOT_MEASURED)) for k, want in run.manifest.items()
+                        if measured.get(k, NOT_MEASURED) != want)
+    required = run.policy.required_environment_id
+    if required and worker.environment_id != required:
+        differences += (("environment_id", required, worker.environment_id),)
+    fit = RunFit(_pin_components(run, worker, measured), differences)
+    if worker.fits.get(run.run_id) == fit:
+        return DUPLICATE
+    worker.fits[run.run_id] = fit
+    state.version += 1
+    if differences:
+        _refuse(run, worker, "the worker's measurement of what the run uses differs from the submitter's",
+                differences, cmd.now_ms, fx)
+        return ACCEPTED
+    if run.pin is not None and fit.components != run.pin:
+        _refuse(run, worker, _pin_refusal(run, fit), _differences(run.pin, fit.components), cmd.now_ms, fx)
+        return ACCEPTED
+    fx.append(Emit("worker_fits_run", run.run_id, worker.worker_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _serves(run: RunState, worker: WorkerState) -> bool:
+    fit = worker.fits.get(run.run_id)
+    return fit is not None and not fit.differences and (run.pin is None or fit.components == run.pin)
+
+
+def _pin(state: State, run: RunState, worker: WorkerState, now: int, fx: Fx) -> None:
+    """The run's first dispatch (since a release) fixes what only workers measure; every
+    other worker measured for the run that differs is told so."""
+    fit = worker.fits[run.run_id]
+    run.pin, run.pinned_by, run.pinned_ms = fit.components, worker.worker_id, now
+    fx.append(Emit("run_pinned", run.run_id, worker.worker_id, f"{len(fit.components)} worker-measured keys"))
+    for other in state.workers.values():
+        theirs = other.fits.get(run.run_id)
+        if other is not worker and theirs is not None and not theirs.differences and theirs.components != run.pin:
+            _refuse(run, other, _pin_refusal(run, theirs), _differences(run.pin, theirs.components), now, fx)
+
+
+def _run_pin_released(state: State, cmd: c.RunPinReleased, fx: Fx) -> Outcome:
+    run = state.runs.get(cmd.run_id)
+    if run is None:
+        return _unknown_run(cmd.run_id)
+    if run.pin is None or run.pinned_by != cmd.worker_id:
+        return DUPLICATE
+    problem = _pin_release_problem(state, run)
+    if problem:
+        return rejected(Rejection.RUN_PIN_HELD, problem)
+    run.pin, run.pinned_by, run.pinned_ms = None, WorkerId(""), 0
+    state.version += 1
+    fx.append(Emit("run_pin_released", run.run_id, cmd.worker_id,
+                   "its worker is gone and no selected result or running group depends on it"))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _pin_release_problem(state: State, run: RunState) -> str:
+    worker = state.workers.get(run.pinned_by)
+    if worker is not None and worker.status not in (WorkerStatus.EXPIRED, WorkerStatus.GONE):
+        return f"worker {run.pinned_by} that pinned the run is {worker.status.name.lower()}"
+    if run.selected_cells:
+        return f"{run.selected_cells} selected results depend on the pin"
+    if run.active:
+        return f"{run.active} groups are running in the pinned environment"
+    return ""
 
 
 def _fits(policy: Policy, slots: int, cpu_millis: int, memory_mb: int) -> bool:
@@ -287,6 +405,7 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     cell = run.cells[attempt.cell_id]
     if is_selectable(report) and cell.selected is None:
         cell.selected = attempt.attempt_id
+        run.selected_cells += 1
         fx.append(Emit("cell_selected", run.run_id, cell.cell_id, f"score {report.score}"))
     elif not is_selectable(report):
         fx.append(Emit("cell_retryable", run.run_id, cell.cell_id, f"{report.status.name}: {report.detail}"))
@@ -526,6 +645,9 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
     for aid in owned:
         if aid not in worker.assignments:
             fx.append(RevokeAssignment(worker.worker_id, aid, _revoke_reason(state, aid, worker.worker_id)))
+    for run in state.runs.values():
+        if not run.settled and run.run_id not in worker.fits:
+            fx.append(_offer(run, worker))  # not measured yet: the worker answers once per stream
     durable: tuple = ()
     if worker.status == WorkerStatus.SUSPECTED:
         resumed = c.WorkerResumed(cmd.now_ms, worker.worker_id)
@@ -561,6 +683,11 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
         if (worker.status in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING)
                 and silent_ms >= timing.expire_after_ms and not expiry_frozen):
             t = _HANDLERS[c.WorkerExpired](state, c.WorkerExpired(now, worker.worker_id))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+    for run in state.runs.values():
+        if run.pin is not None and not run.settled and not _pin_release_problem(state, run):
+            t = _HANDLERS[c.RunPinReleased](state, c.RunPinReleased(now, run.run_id, run.pinned_by))
             fx.extend(t.effects)
             durable.extend(t.durable)
     t = _HANDLERS[c.TimeAdvanced](state, c.TimeAdvanced(now))
@@ -686,8 +813,7 @@ def _fill(state: State, now: int, fx: Fx) -> None:
 def _pick_worker(state: State, run: RunState) -> WorkerState | None:
     for wid in state.free_workers:
         worker = state.workers[wid]
-        env = _environment_for(run.policy, worker.environment_id, worker.cell_environment_id)
-        if run.environment_id and env != run.environment_id:
+        if not _serves(run, worker):
             continue
         if not _fits(run.policy, worker.slots, worker.cpu_millis, worker.memory_mb):
             continue
@@ -698,8 +824,8 @@ def _pick_worker(state: State, run: RunState) -> WorkerState | None:
 def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerState, now: int, fx: Fx) -> None:
     pending = _pending_cells(run, group)
     assert pending and group.status == GroupStatus.WAITING, f"dispatch of {group.group_id} with nothing to run"
-    if not run.environment_id:  # submitted after its first worker registered: that worker pins it
-        run.environment_id = _environment_for(run.policy, worker.environment_id, worker.cell_environment_id)
+    if run.pin is None:
+        _pin(state, run, worker, now, fx)
     group.generation += 1
     aid = assignment_id_for(run.run_id, group.group_id, group.generation)
     task_id, repetition = run.spec.group_key(group.index)
@@ -765,6 +891,8 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.WorkerResumed: _durable(_worker_resumed),
     c.WorkerExpired: _durable(_worker_expired),
     c.TimeAdvanced: _durable(_time_advanced),
+    c.RunEnvironmentMeasured: _durable(_run_environment_measured),
+    c.RunPinReleased: _durable(_run_pin_released),
     c.HeartbeatReceived: _heartbeat,
     c.WorkerDisconnected: _disconnected,
     c.ClockTicked: _clock_ticked,

@@ -91,6 +91,30 @@ class AssignmentState:
     ended_reason: str = ""
 
 
+# One way a worker's measurement differs from what a run requires: (key, run's value,
+# worker's value); a key the worker did not measure has the value NOT_MEASURED.
+Difference = tuple[str, str, str]
+NOT_MEASURED = "(not measured)"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFit:
+    """What a worker measured for one run, judged against the run's reference manifest."""
+
+    components: tuple[tuple[str, str], ...]  # its pin: Hello environment + worker-measured keys
+    differences: tuple[Difference, ...]  # from the reference; empty when the reference matches
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a worker may not serve a run, kept (the last one per worker) for operators."""
+
+    run_id: RunId
+    reason: str
+    differences: tuple[Difference, ...]
+    at_ms: int
+
+
 @dataclass(slots=True)
 class WorkerState:
     worker_id: WorkerId
@@ -105,6 +129,10 @@ class WorkerState:
     draining: bool = False  # finishes what it holds, receives nothing new
     # Authoritative assignments held by this worker (dict as an ordered set).
     assignments: dict[AssignmentId, None] = field(default_factory=dict)
+    environment: tuple[tuple[str, str], ...] = ()  # the Hello's spec-independent components
+    # Runs this worker measured since it last registered; only these may be dispatched to it.
+    fits: dict[RunId, RunFit] = field(default_factory=dict)
+    refusal: Refusal | None = None  # the last time a run refused this worker, and why
 
 
 @dataclass(slots=True)
@@ -114,7 +142,6 @@ class RunState:
     policy: Policy
     submitted_ms: int
     group_deadline_ms: int
-    environment_id: str  # required or pinned by the first admitted worker; "" until then
     groups: list[GroupState]
     cells: dict[CellId, CellState]
     group_by_id: dict[GroupId, int]
@@ -129,6 +156,16 @@ class RunState:
     peak_slots_offered: int = 0
     late_reports: int = 0
     recovered_ms: int | None = None  # last `recover`; deadlines wait out its grace
+    # The submitter's measurement (key -> value): every worker must measure the same.
+    manifest: dict[str, str] = field(default_factory=dict)
+    worker_keys: tuple[str, ...] = ()  # measured by workers only; part of the pin
+    # The worker-measured environment the run's cells run in, fixed at the first dispatch so
+    # environments never mix in one run; released when its worker is gone and nothing selected
+    # or running depends on it.
+    pin: tuple[tuple[str, str], ...] | None = None
+    pinned_by: WorkerId = WorkerId("")
+    pinned_ms: int = 0
+    selected_cells: int = 0
 
     @property
     def settled(self) -> bool:
@@ -179,7 +216,8 @@ def durable_view(state: State) -> dict:
             "spec": run.spec.canonical,
             "policy": run.policy.canonical(),
             "submitted_ms": run.submitted_ms,
-            "environment_id": run.environment_id,
+            "environment": [sorted(run.manifest.items()), list(run.worker_keys), run.pin, run.pinned_by,
+                            run.pinned_ms, run.selected_cells],
             "groups": [[g.status, g.generation, g.assignment, g.eligible_ms] for g in run.groups],
             "cells": {c.cell_id: [c.attempts, c.selected, c.grants] for c in run.cells.values()},
             "ready": sorted(run.ready),
@@ -191,7 +229,10 @@ def durable_view(state: State) -> dict:
         "runs": runs,
         "workers": {w.worker_id: [w.incarnation, w.slots, w.environment_id, w.cpu_millis, w.memory_mb,
                                   int(w.status), w.registered_ms, w.cell_environment_id, w.draining,
-                                  list(w.assignments)]
+                                  list(w.assignments), w.environment,
+                                  {r: [f.components, f.differences] for r, f in w.fits.items()},
+                                  None if w.refusal is None else [w.refusal.run_id, w.refusal.reason,
+                                                                  w.refusal.differences, w.refusal.at_ms]]
                     for w in state.workers.values()},
         "assignments": {a.assignment_id: [a.run_id, a.group_index, a.generation, a.worker_id, list(a.attempts),
                                           a.dispatched_ms, a.deadline_ms, a.authoritative, a.unreported,

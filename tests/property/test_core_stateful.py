@@ -18,10 +18,31 @@ from common.ids import AssignmentId, WorkerId, run_id_for
 from common.rejections import Rejection
 from coordinator.core import commands as c
 from coordinator.core import is_soft, new_state, step, summarize
-from coordinator.core.effects import OutcomeKind, PushAssignment, RevokeAssignment, Transition
+from coordinator.core.effects import OfferRun, OutcomeKind, PushAssignment, RevokeAssignment, Transition
 from coordinator.core.invariants import Monitor, check
 from coordinator.core.state import GroupStatus, WorkerStatus, durable_fingerprint
-from tests.unit.core_helpers import ENV, ENV_FAILURE, EVIDENCE, OTHER_ENV, artifact, make_policy, make_spec
+from tests.unit.core_helpers import (
+    ENV,
+    ENV_FAILURE,
+    EVIDENCE,
+    MANIFEST,
+    OTHER_ENV,
+    TOOL,
+    WORKER_KEYS,
+    artifact,
+    make_policy,
+    make_spec,
+)
+
+# What a worker may measure when offered the run: the right build mostly, sometimes an
+# older subject file, another tool, or a key left out.
+MEASUREMENTS = {
+    "right build": tuple(sorted(MANIFEST + TOOL)),
+    "older subject": tuple(sorted((("bench.file:solve.py", "digest-solve-OLD"),) + MANIFEST[1:] + TOOL)),
+    "other tool": tuple(sorted(MANIFEST + (("tool:solve", "digest-tool-2"),))),
+    "key left out": tuple(sorted(MANIFEST[1:] + TOOL)),
+}
+PY_VERSIONS = ("3.11.7", "3.11.7", "3.11.7", "3.12.1")
 
 WORKERS = ("w1", "w2", "w3")
 ARTIFACTS = [artifact(f"a{i}")[0] for i in range(3)]
@@ -41,6 +62,7 @@ class CoreMachine(RuleBasedStateMachine):
         # What each worker believes it runs: filled by pushes, emptied by revokes and hellos.
         self.held: dict[str, dict[AssignmentId, PushAssignment]] = {w: {} for w in WORKERS}
         self.sent: dict[str, c.CellReported] = {}  # attempt id -> the report the core took
+        self.offered: dict[str, None] = {}  # workers offered the run and not yet answering
         self.run_id = None
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -70,6 +92,8 @@ class CoreMachine(RuleBasedStateMachine):
                 self.held[e.worker_id][e.assignment_id] = e
             elif isinstance(e, RevokeAssignment):
                 self.held[e.worker_id].pop(e.assignment_id, None)
+            elif isinstance(e, OfferRun):
+                self.offered[e.worker_id] = None
         return t
 
     def registered(self) -> list[str]:
@@ -99,22 +123,24 @@ class CoreMachine(RuleBasedStateMachine):
                              retry_backoff_max_ms=4 * backoff, required_environment_id=ENV if pinned else "",
                              group_deadline_ms=3_000)
         self.run_id = run_id_for(spec.canonical, policy.canonical())
-        t = self.apply(c.RunSubmitted(self.now, self.run_id, spec, policy))
+        t = self.apply(c.RunSubmitted(self.now, self.run_id, spec, policy, MANIFEST, WORKER_KEYS))
         assert t.outcome.kind == ACCEPTED
-        again = self.apply(c.RunSubmitted(self.now, self.run_id, spec, policy))
+        again = self.apply(c.RunSubmitted(self.now, self.run_id, spec, policy, MANIFEST, WORKER_KEYS))
         assert again.outcome.kind == DUPLICATE
 
     @initialize(slots=st.lists(st.integers(1, 3), min_size=1, max_size=2))
     def first_workers(self, slots):
         for wid, n in zip(WORKERS, slots):
-            t = self.apply(c.WorkerRegistered(self.now, WorkerId(wid), 1, n, ENV))
+            t = self.apply(c.WorkerRegistered(self.now, WorkerId(wid), 1, n, ENV,
+                                              environment=(("python.version", "3.11.7"),)))
             assert t.outcome.kind == ACCEPTED
             self.incarnation[wid] = 1
 
     # --- workers ------------------------------------------------------------------------------
     @rule(data=st.data(), wid=st.sampled_from(WORKERS), slots=st.integers(1, 3),
-          incarnation_step=st.sampled_from([0, 0, 1, -1]), env=st.sampled_from([ENV] * 7 + [OTHER_ENV]))
-    def register(self, data, wid, slots, incarnation_step, env):
+          incarnation_step=st.sampled_from([0, 0, 1, -1]), env=st.sampled_from([ENV] * 7 + [OTHER_ENV]),
+          python=st.sampled_from(PY_VERSIONS))
+    def register(self, data, wid, slots, incarnation_step, env, python):
         known = self.incarnation.get(wid, 1)
         incarnation = max(0, known + incarnation_step)
         if data.draw(st.booleans(), label="claims exactly what it holds"):
@@ -127,7 +153,7 @@ class CoreMachine(RuleBasedStateMachine):
         worker = self.state.workers.get(WorkerId(wid))
         self.held[wid] = {a: p for a, p in self.held[wid].items() if a in owned}
         t = self.apply(c.WorkerRegistered(self.now, WorkerId(wid), incarnation, slots, env,
-                                          owned=owned, buffered=buffered))
+                                          owned=owned, buffered=buffered, environment=(("python.version", python),)))
         if worker is not None and incarnation < worker.incarnation:
             assert t.outcome.rejection == Rejection.INCARNATION_STALE
         if t.outcome.ok:
@@ -148,13 +174,38 @@ class CoreMachine(RuleBasedStateMachine):
         wid = data.draw(st.sampled_from(self.registered()), label="worker")
         incarnation = self.incarnation.get(wid, 1) + 1
         owned = tuple(self.held[wid])
-        t = self.apply(c.WorkerRegistered(self.now, WorkerId(wid), incarnation, slots, ENV, owned=owned))
+        t = self.apply(c.WorkerRegistered(self.now, WorkerId(wid), incarnation, slots, ENV, owned=owned,
+                                          environment=(("python.version", "3.11.7"),)))
         if t.outcome.ok:
             self.incarnation[wid] = incarnation
             worker = self.state.workers[WorkerId(wid)]
             assert len(worker.assignments) <= slots and not worker.draining
         else:
-            assert t.outcome.rejection == Rejection.ENVIRONMENT_MISMATCH
+            assert t.outcome.rejection == Rejection.CAPACITY_INVALID, t.outcome
+
+    @rule(data=st.data(), kind=st.sampled_from(["right build"] * 6 + sorted(MEASUREMENTS)),
+          stale=st.sampled_from([False] * 7 + [True]))
+    def measure(self, data, kind, stale):
+        """A worker answers an offer (or, sometimes, says something unasked) with what it
+        measured; a stale incarnation is refused and changes nothing."""
+        if self.offered and data.draw(st.integers(0, 5), label="answers an offer") > 0:
+            wid = data.draw(st.sampled_from(sorted(self.offered)), label="offered worker")
+        else:
+            wid = self.pick_worker(data)
+        worker = self.state.workers.get(WorkerId(wid))
+        incarnation = (worker.incarnation if worker is not None else 1) - (1 if stale else 0)
+        t = self.apply(c.RunEnvironmentMeasured(self.now, WorkerId(wid), incarnation, self.run_id,
+                                                MEASUREMENTS[kind]))
+        if t.outcome.ok:
+            self.offered.pop(wid, None)
+            fit = self.state.workers[WorkerId(wid)].fits[self.run_id]
+            assert bool(fit.differences) == (kind in ("older subject", "key left out") or
+                                             bool(self.run.policy.required_environment_id
+                                                  and worker.environment_id != self.run.policy.required_environment_id))
+        elif worker is None:
+            assert t.outcome.rejection == Rejection.UNKNOWN_WORKER
+        else:
+            assert t.outcome.rejection in (Rejection.INCARNATION_STALE, Rejection.WORKER_NOT_ACTIVE), t.outcome
 
     @rule(data=st.data())
     def heartbeat(self, data):

@@ -26,7 +26,9 @@ from coordinator.core import new_state, step, summarize
 from coordinator.core.effects import (
     Emit,
     NotifyRunState,
+    OfferRun,
     OutcomeKind,
+    RefuseRun,
     PushAssignment,
     RevokeAssignment,
     Transition,
@@ -36,6 +38,10 @@ from coordinator.core.state import AttemptState, State, durable_fingerprint
 
 ENV = "env-test"
 OTHER_ENV = "env-other"
+# The submitter's manifest of the toy spec, and the tool only workers measure.
+MANIFEST = (("bench.file:solve.py", "digest-solve-1"), ("bench.taskdir:t0", "digest-t0-1"))
+WORKER_KEYS = ("tool:solve",)
+TOOL = (("tool:solve", "digest-tool-1"),)
 ENV_FAILURE = "image registry unreachable"
 
 # Fast timings: the relations match the defaults (suspicion after several beats, expiry after
@@ -139,8 +145,14 @@ class Core:
     the cross-step monitor; `replay` folds the recorded log into a fresh state."""
 
     def __init__(self, spec: ExperimentSpec | None = None, policy: Policy | None = None, *,
-                 submit: bool = True) -> None:
+                 submit: bool = True, manifest: tuple = MANIFEST, worker_keys: tuple = WORKER_KEYS) -> None:
         self.state: State = new_state()
+        self.manifest = manifest
+        self.worker_keys = worker_keys
+        # Workers answer an offer as a worker of the right build would, unless a test gives
+        # a worker its own measurement here (wid -> {key: value}, merged over the reference).
+        self.auto_measure = True
+        self.measurements: dict[str, dict[str, str]] = {}
         self.now = 0
         self.log: list[object] = []
         self.monitor = Monitor()
@@ -157,7 +169,30 @@ class Core:
         self.log.extend(t.durable)
         bad = self.monitor.observe(self.state)
         assert bad == [], f"after {type(command).__name__}: {bad}"
+        offers = [e for e in t.effects if isinstance(e, OfferRun)] if self.auto_measure else []
+        if offers:
+            # The workers measure and answer at once; their effects (pushes, refusals) are
+            # returned with the command's own, as a real worker would see them follow.
+            effects = list(t.effects)
+            for offer in offers:
+                effects.extend(self.measure(offer.worker_id, offer.run_id).effects)
+            t = Transition(t.outcome, tuple(effects), t.durable)
         return t
+
+    def measurement(self, wid: str, run_id: RunId) -> tuple:
+        run = self.state.runs[run_id]
+        values = dict(run.manifest)
+        values.update({k: v for k, v in TOOL if k in run.worker_keys})
+        values.update(self.measurements.get(wid, {}))
+        return tuple(sorted(values.items()))
+
+    def measure(self, wid: str, run_id: RunId | None = None, measured: tuple | None = None,
+                incarnation: int | None = None) -> Transition:
+        run_id = run_id or self.run_id
+        worker = self.state.workers[WorkerId(wid)]
+        return self.apply(c.RunEnvironmentMeasured(
+            self.now, WorkerId(wid), worker.incarnation if incarnation is None else incarnation, run_id,
+            self.measurement(wid, run_id) if measured is None else measured))
 
     def advance(self, ms: int) -> int:
         self.now += ms
@@ -209,13 +244,15 @@ class Core:
     # commands
     def submit(self, spec: ExperimentSpec | None = None, policy: Policy | None = None,
                run_id: RunId | None = None) -> Transition:
-        return self.apply(c.RunSubmitted(self.now, run_id or self.run_id, spec or self.spec, policy or self.policy))
+        return self.apply(c.RunSubmitted(self.now, run_id or self.run_id, spec or self.spec, policy or self.policy,
+                                         self.manifest, self.worker_keys))
 
     def register(self, wid: str, slots: int = 1, incarnation: int = 1, env: str = ENV, *,
-                 cpu_millis: int = 0, memory_mb: int = 0, owned: tuple = (), buffered: tuple = ()) -> Transition:
+                 cpu_millis: int = 0, memory_mb: int = 0, owned: tuple = (), buffered: tuple = (),
+                 environment: tuple = (("python.version", "3.11.7"),)) -> Transition:
         return self.apply(c.WorkerRegistered(self.now, WorkerId(wid), incarnation, slots, env,
                                              cpu_millis=cpu_millis, memory_mb=memory_mb, owned=tuple(owned),
-                                             buffered=tuple(buffered)))
+                                             buffered=tuple(buffered), environment=environment))
 
     def heartbeat(self, wid: str, owned: tuple | None = None) -> Transition:
         """A heartbeat listing what the worker holds, unless `owned` says otherwise."""
@@ -309,6 +346,14 @@ def pushes(t: Transition, worker: str | None = None) -> list[PushAssignment]:
 
 def revokes(t: Transition, worker: str | None = None) -> list[RevokeAssignment]:
     return [e for e in t.effects if isinstance(e, RevokeAssignment) and (worker is None or e.worker_id == worker)]
+
+
+def refusals(t: Transition, worker: str | None = None) -> list[RefuseRun]:
+    return [e for e in t.effects if isinstance(e, RefuseRun) and (worker is None or e.worker_id == worker)]
+
+
+def offers(t: Transition, worker: str | None = None) -> list[OfferRun]:
+    return [e for e in t.effects if isinstance(e, OfferRun) and (worker is None or e.worker_id == worker)]
 
 
 def emits(t: Transition, event: str | None = None) -> list[Emit]:

@@ -15,6 +15,8 @@ from coordinator.core.effects import ACCEPTED, DUPLICATE, LATE, NotifyRunState, 
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import GroupStatus, WorkerStatus
 from tests.unit.core_helpers import (
+    MANIFEST,
+    WORKER_KEYS,
     DEADLINE_MS,
     ENV,
     ENV_FAILURE,
@@ -157,7 +159,29 @@ def _case_time_advanced():
     return k, c.TimeAdvanced(10), OutcomeKind.ACCEPTED
 
 
+def _case_run_environment_measured():
+    k = Core()
+    k.auto_measure = False
+    k.register("w1")
+    return k, c.RunEnvironmentMeasured(0, WorkerId("w1"), 1, k.run_id, k.measurement("w1", k.run_id)), \
+        OutcomeKind.ACCEPTED
+
+
+def _case_run_pin_released():
+    k = _one_run_one_worker()
+    aid = k.held("w1")[0]
+    k.disconnect("w1")
+    k.tick(EXPIRE_MS)  # expires w1; the tick itself releases the pin as a derived command
+    assert k.run.pin is None and aid not in k.held("w1")
+    k.register("w2")  # pins again
+    assert k.run.pinned_by == "w2"
+    k.apply(c.WorkerGone(k.now, WorkerId("w2")))
+    return k, c.RunPinReleased(k.now, k.run_id, WorkerId("w2")), OutcomeKind.ACCEPTED
+
+
 ONE_OF_EACH = {
+    c.RunEnvironmentMeasured: _case_run_environment_measured,
+    c.RunPinReleased: _case_run_pin_released,
     c.RunSubmitted: _case_run_submitted,
     c.WorkerRegistered: _case_worker_registered,
     c.HeartbeatReceived: _case_heartbeat,
@@ -216,7 +240,7 @@ def test_run_submitted_freezes_groups_and_cells_and_dispatches_nothing_without_w
     assert len(run.groups) == 6 and len(run.cells) == 12
     assert all(g.status == GroupStatus.WAITING and g.generation == 0 for g in run.groups)
     assert sorted(run.ready) == list(range(6))
-    assert run.environment_id == ENV
+    assert run.manifest == dict(MANIFEST) and run.worker_keys == WORKER_KEYS and run.pin is None
 
 
 @pytest.mark.parametrize("cap, slots, expected", [
@@ -231,9 +255,11 @@ def test_run_submitted_dispatches_at_once_to_waiting_workers_within_the_cap(cap,
     t = k.submit()
     assert len(pushes(t)) == expected
     assert k.run.active == expected
-    # Round robin: consecutive pushes go to different workers while both have room.
+    # Each worker gets work as soon as its measurement of the new run arrives (w1's first),
+    # never more than its slots.
     workers = [p.worker_id for p in pushes(t)]
-    assert workers[:2] == ["w1", "w2"]
+    assert workers[0] == "w1"
+    assert all(workers.count(f"w{i + 1}") <= n for i, n in enumerate(slots))
     k.assert_replays()
 
 
@@ -265,9 +291,7 @@ def test_resubmitting_a_run_id(change, outcome):
 ADMISSION = [
     # id, policy overrides, register keyword arguments, expected outcome
     ("required environment matches", {}, dict(env=ENV), None),
-    ("required environment differs", {}, dict(env=OTHER_ENV), Rejection.ENVIRONMENT_MISMATCH),
     ("no environment identity", {}, dict(env=""), Rejection.ENVIRONMENT_MISMATCH),
-    ("no required environment admits any", dict(required_environment_id=""), dict(env=OTHER_ENV), None),
     ("zero slots", {}, dict(slots=0), Rejection.CAPACITY_INVALID),
     ("negative slots", {}, dict(slots=-1), Rejection.CAPACITY_INVALID),
     ("slots at the maximum", {}, dict(slots=1024), None),
@@ -303,28 +327,6 @@ def test_without_an_open_run_any_environment_and_capacity_is_admitted():
     k = Core(policy=make_policy(group_cpu_millis=1000), submit=False)
     t = k.register("w1", env=OTHER_ENV, cpu_millis=0)
     assert t.outcome == ACCEPTED and pushes(t) == []
-
-
-def test_the_first_dispatched_worker_pins_the_environment_when_the_policy_leaves_it_empty():
-    k = Core(make_spec(tasks=4, subjects=1), make_policy(required_environment_id=""))
-    assert k.run.environment_id == ""
-    t = k.register("w1", env="env-a")
-    assert pushes(t, "w1") and k.run.environment_id == "env-a"
-    t = k.register("w2", env="env-b")
-    assert rejected_with(t, Rejection.ENVIRONMENT_MISMATCH)
-    assert "env-a" in t.outcome.detail
-    t = k.register("w3", env="env-a")
-    assert t.outcome == ACCEPTED and pushes(t, "w3")
-    k.assert_replays()
-
-
-def test_the_first_admitted_worker_pins_the_environment_even_before_any_dispatch():
-    # policy.py and machine.py both say "the first admitted worker pins it for the run".
-    k = Core(make_spec(tasks=4, subjects=1), make_policy(required_environment_id=""))
-    k.pause()  # nothing is dispatched, so nothing is pinned by a dispatch
-    assert k.register("w1", env="env-a").outcome == ACCEPTED
-    t = k.register("w2", env="env-b")
-    assert rejected_with(t, Rejection.ENVIRONMENT_MISMATCH)
 
 
 # --- WorkerRegistered: incarnations -----------------------------------------------------------
@@ -562,7 +564,7 @@ def test_one_long_tick_lists_every_derived_durable_command_in_order():
     k.register("w1")
     t = k.tick(EXPIRE_MS)
     assert t.durable[:2] == (c.WorkerSuspected(EXPIRE_MS, WorkerId("w1")), c.WorkerExpired(EXPIRE_MS, WorkerId("w1")))
-    assert set(durable_types(t)) <= {"WorkerSuspected", "WorkerExpired", "TimeAdvanced"}
+    assert set(durable_types(t)) <= {"WorkerSuspected", "WorkerExpired", "RunPinReleased", "TimeAdvanced"}
     assert all(d.now_ms == EXPIRE_MS for d in t.durable)
     k.assert_replays()
 

@@ -19,6 +19,7 @@ from common.ids import AssignmentId, AttemptId, CellId, RunId, WorkerId, sha256_
 from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, SCORE_ABS_MAX
 from common.rejections import Rejection
 from coordinator.core import commands as c
+from coordinator.core.state import WorkerStatus
 from coordinator.core import machine
 from coordinator.core.effects import OutcomeKind
 from coordinator.core.state import durable_fingerprint
@@ -115,10 +116,45 @@ def on_fresh_run(make: Callable[[Core], object]) -> Callable[[], tuple[Core, obj
 
 # --- the cases --------------------------------------------------------------------------------
 
-def _pinned_mismatch():
-    k = Core(make_spec(tasks=3, subjects=1), make_policy(required_environment_id=""))
-    k.register("w1", env="env-a")
-    return k, c.WorkerRegistered(k.now, WorkerId("w2"), 1, 1, "env-b")
+def _measured(**over):
+    """A measurement by registered worker w1 of the run, with fields replaced by `over`."""
+    def build():
+        k = Core()
+        k.auto_measure = False
+        k.register("w1", incarnation=2)
+        values = dict(worker_id=WorkerId("w1"), incarnation=2, run_id=k.run_id, measured=k.measurement("w1", k.run_id))
+        values.update(over)
+        return k, c.RunEnvironmentMeasured(k.now, **values)
+    return build
+
+
+def _measured_by_expired():
+    k = Core()
+    k.register("w1")
+    k.disconnect("w1")
+    k.tick(EXPIRE_MS)
+    return k, c.RunEnvironmentMeasured(k.now, WorkerId("w1"), 1, k.run_id, k.measurement("w1", k.run_id))
+
+
+def _unsorted_manifest():
+    k = Core(submit=False)
+    return k, c.RunSubmitted(k.now, k.run_id, k.spec, k.policy, (("b", "1"), ("a", "2")))
+
+
+def _other_manifest():
+    k = Core()
+    return k, c.RunSubmitted(k.now, k.run_id, k.spec, k.policy, (("bench.file:solve.py", "digest-solve-2"),),
+                             k.worker_keys)
+
+
+def _pin_held():
+    k = Core(make_spec(tasks=3, subjects=1))
+    k.register("w1")
+    k.report_all(k.held("w1")[0])  # one result selected in the pinned environment
+    k.disconnect("w1")
+    k.tick(EXPIRE_MS)
+    assert k.worker("w1").status == WorkerStatus.EXPIRED and k.run.pinned_by == "w1"
+    return k, c.RunPinReleased(k.now, k.run_id, WorkerId("w1"))
 
 
 def _stale_incarnation():
@@ -324,9 +360,16 @@ CASES: list[Case] = [
     _contradiction("indeterminate over selectable evidence", OK, Status.INDETERMINATE),
     _contradiction("infra failed over unknown cleanup", EVIDENCE["unknown-cleanup"][0], Status.INFRA_FAILED),
     # admission
-    Case("environment differs from the required one", Rejection.ENVIRONMENT_MISMATCH, register(env=OTHER_ENV)),
     Case("no environment identity", Rejection.ENVIRONMENT_MISMATCH, register(env="")),
-    Case("environment differs from the pinned one", Rejection.ENVIRONMENT_MISMATCH, _pinned_mismatch),
+    Case("a measurement from an older incarnation", Rejection.INCARNATION_STALE, _measured(incarnation=1)),
+    Case("a measurement of an unknown run", Rejection.UNKNOWN_RUN, _measured(run_id="run-nope")),
+    Case("a measurement by an unknown worker", Rejection.UNKNOWN_WORKER, _measured(worker_id=WorkerId("w9"))),
+    Case("a measurement repeating a key", Rejection.MALFORMED_FRAME,
+         _measured(measured=(("tool:solve", "1"), ("tool:solve", "2")))),
+    Case("a measurement by an expired worker", Rejection.WORKER_NOT_ACTIVE, _measured_by_expired),
+    Case("a manifest not sorted by key", Rejection.SPEC_INVALID, _unsorted_manifest),
+    Case("same run id, other manifest", Rejection.SPEC_CONFLICT, _other_manifest),
+    Case("a pin release a selected result depends on", Rejection.RUN_PIN_HELD, _pin_held),
     Case("zero slots", Rejection.CAPACITY_INVALID, register(slots=0)),
     Case("too many slots", Rejection.CAPACITY_INVALID, register(slots=1025)),
     Case("cpu below the reservation", Rejection.CAPACITY_INVALID,

@@ -136,12 +136,20 @@ def _run_only(cls: type) -> st.SearchStrategy:
     return st.builds(cls, now_ms=now_ms, run_id=texts)
 
 
+# A manifest as the core holds it: (key, value) pairs with distinct keys, sorted by key.
+manifests = st.dictionaries(texts, texts, max_size=4).map(lambda d: tuple(sorted(d.items())))
+
 STRATEGIES: dict[type, st.SearchStrategy] = {
-    c.RunSubmitted: st.builds(c.RunSubmitted, now_ms=now_ms, run_id=texts, spec=specs(), policy=policies()),
+    c.RunSubmitted: st.builds(c.RunSubmitted, now_ms=now_ms, run_id=texts, spec=specs(), policy=policies(),
+                              manifest=manifests, worker_keys=id_tuples),
     c.WorkerRegistered: st.builds(
         c.WorkerRegistered, now_ms=now_ms, worker_id=texts, incarnation=int64s, slots=int64s,
         environment_id=texts, cpu_millis=int64s, memory_mb=int64s, owned=id_tuples, buffered=id_tuples,
+        environment=manifests,
     ),
+    c.RunEnvironmentMeasured: st.builds(c.RunEnvironmentMeasured, now_ms=now_ms, worker_id=texts, incarnation=int64s,
+                                        run_id=texts, measured=manifests),
+    c.RunPinReleased: st.builds(c.RunPinReleased, now_ms=now_ms, run_id=texts, worker_id=texts),
     c.CellReported: st.builds(
         c.CellReported, now_ms=now_ms, worker_id=texts, attempt_id=texts, assignment_id=texts,
         generation=int64s, report=reports,

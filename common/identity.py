@@ -31,6 +31,11 @@ REFERENCE_KEY_PREFIXES = ("bench.file:", "bench.taskdir:", "python.module:", "ha
 CELL_ENVIRONMENT_ID_HEX_CHARS = 16
 
 
+def manifest_id(manifest: Mapping[str, str]) -> str:
+    """"env-" + 16 hex of sha256 over a manifest's canonical JSON: how operators name one."""
+    return "env-" + hashlib.sha256(canonical_json(dict(manifest)).encode()).hexdigest()[:CELL_ENVIRONMENT_ID_HEX_CHARS]
+
+
 def cell_environment(manifest: Mapping[str, str]) -> dict[str, str]:
     return {k: manifest[k] for k in sorted(manifest) if k.startswith(CELL_ENVIRONMENT_PREFIXES)}
 

@@ -27,6 +27,11 @@ ATTEMPTS_PER_CELL_MAX = 100
 SLOTS_PER_WORKER_MAX = 1_024
 CELLS_PER_RUN_MAX = 2_000_000
 ID_CHARS_MAX = 200
+# A run's manifest names each bench file, task dir and tool its spec uses: a 10,000-task
+# benchmark with a task dir each stays well inside, and a bounded frame.
+MANIFEST_ENTRIES_MAX = 100_000
+MANIFEST_KEY_CHARS_MAX = 1_024
+MANIFEST_VALUE_CHARS_MAX = 256
 SCORE_ABS_MAX = 1e12
 
 # Wire and storage.

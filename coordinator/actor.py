@@ -29,7 +29,15 @@ from common.limits import ACTOR_QUEUE_COMMANDS_MAX, COMMIT_BATCH_COMMANDS_MAX
 from coordinator import codec
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
-from coordinator.core.effects import Emit, NotifyRunState, PushAssignment, RequestDrain, RevokeAssignment
+from coordinator.core.effects import (
+    Emit,
+    NotifyRunState,
+    OfferRun,
+    PushAssignment,
+    RefuseRun,
+    RequestDrain,
+    RevokeAssignment,
+)
 from coordinator.core.state import State
 from coordinator.errors import StorageError, StoreCorrupt, fail_stop
 from coordinator.logcodec import LogCodecError, decode_record, encode_record
@@ -294,6 +302,10 @@ class Actor:
             out.outgoing.append(Outgoing(e.worker_id, codec.revoke_frame(e)))
         elif isinstance(e, RequestDrain):
             out.outgoing.append(Outgoing(e.worker_id, codec.drain_frame(e)))
+        elif isinstance(e, OfferRun):
+            out.outgoing.append(Outgoing(e.worker_id, codec.offer_frame(e)))
+        elif isinstance(e, RefuseRun):
+            out.outgoing.append(Outgoing(e.worker_id, codec.refused_frame(e)))
         elif isinstance(e, NotifyRunState):
             out.broadcast.append(codec.run_state_frame(e))
             out.outgoing.append(Outgoing("", event=Emit("run_state", e.run_id, e.run_id,

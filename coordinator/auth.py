@@ -123,6 +123,18 @@ class TokenBook:
             raise AuthError("permission_denied", "a worker or enrollment token cannot use the admin API")
         raise AuthError("unauthenticated", "the token is not the admin token")
 
+    def check_any(self, token: str | None) -> None:
+        """Read-only calls a worker makes outside its session (`fleet-worker identity
+        --against`): the admin token, the enrollment token or any worker credential."""
+        if not token:
+            raise AuthError("unauthenticated", "no bearer token: pass the enrollment token or the worker credential")
+        h = _hash(token)
+        with self._lock:
+            known = (hmac.compare_digest(h, self._admin) or hmac.compare_digest(h, self._enroll)
+                     or any(hmac.compare_digest(h, v) for v in self._workers.values()))
+        if not known:
+            raise AuthError("unauthenticated", "the token is not one this coordinator issued")
+
     def open_session(self, token: str | None, worker_id: str | None) -> SessionGrant:
         if not token:
             raise AuthError("unauthenticated", "no bearer token: pass the enrollment token or the worker credential")

@@ -11,14 +11,25 @@ from dataclasses import dataclass
 from common.evidence import Report
 from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
 from common.ids import is_digest
-from common.limits import ID_CHARS_MAX
+from common.limits import ID_CHARS_MAX, MANIFEST_ENTRIES_MAX, MANIFEST_KEY_CHARS_MAX, MANIFEST_VALUE_CHARS_MAX
 from common.rejections import Rejection
 from common.spec import ExperimentSpec, canonical_json
-from coordinator.core.effects import NotifyRunState, Outcome, PushAssignment, RequestDrain, RevokeAssignment
+from coordinator.core.effects import (
+    NotifyRunState,
+    OfferRun,
+    Outcome,
+    PushAssignment,
+    RefuseRun,
+    RequestDrain,
+    RevokeAssignment,
+)
 from coordinator.logcodec import LogCodecError, report_from_proto
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 ACK_BATCH_PROTOCOL_VERSION = 2  # from this revision on, a worker accepts AckBatch frames
+# From this revision on, a worker measures a run's environment when offered it; an older one
+# cannot show that it runs the run's benchmark and is refused.
+RUN_OFFER_PROTOCOL_VERSION = 3
 ACK_BATCH_MAX = 256
 
 
@@ -86,6 +97,37 @@ def push_frame(push: PushAssignment, parts: RunParts, now_ms: int) -> coordinato
         benchmark_json=parts.benchmark_json, executor_json=parts.executor_json, task_json=parts.tasks[task_id],
         verifier_json=parts.verifier_json, budget_json=parts.budget_json,
         subject_json=[parts.subjects[c.subject_id] for c in push.cells]))
+
+
+def decode_manifest(components: Any, what: str) -> tuple[tuple[str, str], ...]:
+    """Measured (key, value) components, bounded and without repeats, sorted by key."""
+    if len(components) > MANIFEST_ENTRIES_MAX:
+        raise FrameError(Rejection.MESSAGE_TOO_LARGE, f"{what} has {len(components)} entries, over {MANIFEST_ENTRIES_MAX}")
+    out: dict[str, str] = {}
+    for comp in components:
+        if not comp.key or len(comp.key) > MANIFEST_KEY_CHARS_MAX or len(comp.value) > MANIFEST_VALUE_CHARS_MAX:
+            raise FrameError(Rejection.MALFORMED_FRAME, f"{what} has an empty or oversized key or value ({comp.key[:80]!r})")
+        if comp.key in out:
+            raise FrameError(Rejection.MALFORMED_FRAME, f"{what} names {comp.key!r} twice")
+        out[comp.key] = comp.value
+    return tuple(sorted(out.items()))
+
+
+def components(pairs: Any) -> list[common_pb2.EnvironmentComponent]:
+    return [common_pb2.EnvironmentComponent(key=k, value=v) for k, v in pairs]
+
+
+def differences(diffs: Any) -> list[common_pb2.EnvironmentDifference]:
+    return [common_pb2.EnvironmentDifference(key=k, run_value=a, worker_value=b) for k, a, b in diffs]
+
+
+def offer_frame(offer: OfferRun) -> coordinator_pb2.CoordinatorFrame:
+    return coordinator_pb2.CoordinatorFrame(run_offer=coordinator_pb2.RunOffer(run_id=offer.run_id, keys=offer.keys))
+
+
+def refused_frame(refusal: RefuseRun) -> coordinator_pb2.CoordinatorFrame:
+    return coordinator_pb2.CoordinatorFrame(run_refused=coordinator_pb2.RunRefused(
+        run_id=refusal.run_id, reason=refusal.reason, differences=differences(refusal.differences)))
 
 
 def revoke_frame(revoke: RevokeAssignment) -> coordinator_pb2.CoordinatorFrame:

@@ -24,7 +24,7 @@ from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinat
 from common.ids import AssignmentId, AttemptId, CellId, Digest, RunId, WorkerId, run_id_for
 from common.policy import parse_policy_text
 from common.rejections import Rejection
-from common.spec import SpecError, parse_spec_text
+from common.spec import SpecError, canonical_json, parse_spec_text
 from coordinator import codec, views
 from coordinator.actor import Actor, Batch, Overloaded, Request
 from coordinator.artifacts import ArtifactStore, UploadRejected
@@ -60,6 +60,7 @@ class Session:
     expected_seq: int = 2  # the hello was 1
     attempts_owned: dict = field(default_factory=dict)  # attempt id -> None, checked for uploads
     cut_reason: str = ""
+    incarnation: int = 0  # the hello's: a measurement belongs to the process that made it
     batch_acks: bool = False  # the worker speaks protocol 2: consecutive acks travel as one frame
     held: list = field(default_factory=list)  # a frame (or the cut sentinel None) taken while batching acks
 
@@ -227,10 +228,22 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 f"IDENTITY_MISMATCH: authenticated as {grant.worker_id}, hello says {hello.worker_id!r}")
             return
-        wid = WorkerId(grant.worker_id)
-        session = Session(wid, context, batch_acks=hello.protocol_version >= codec.ACK_BATCH_PROTOCOL_VERSION)
+        if hello.protocol_version < codec.RUN_OFFER_PROTOCOL_VERSION:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"{Rejection.PROTOCOL_UNSUPPORTED.name}: protocol {hello.protocol_version} cannot measure "
+                                f"a run's environment; this coordinator needs {codec.RUN_OFFER_PROTOCOL_VERSION} "
+                                "(upgrade the worker)")
+            return
         try:
-            await self._register(session, grant.new_credential, hello, context)
+            environment = codec.decode_manifest(hello.environment, "the hello's environment")
+        except FrameError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            return
+        wid = WorkerId(grant.worker_id)
+        session = Session(wid, context, batch_acks=hello.protocol_version >= codec.ACK_BATCH_PROTOCOL_VERSION,
+                          incarnation=hello.incarnation)
+        try:
+            await self._register(session, grant.new_credential, hello, environment, context)
             if session.cut_reason:
                 return
             try:
@@ -247,7 +260,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                     pass  # expiry will notice the silence anyway
             log.info("session_closed", worker_id=wid, reason=session.cut_reason or "stream ended")
 
-    async def _register(self, session: Session, credential: str, hello: Any, context: Any) -> None:
+    async def _register(self, session: Session, credential: str, hello: Any, environment: tuple, context: Any) -> None:
         wid = session.worker_id
         cmd_owned = tuple(AssignmentId(a) for a in hello.owned_assignment_ids)
         cmd_buffered = tuple(AttemptId(a) for a in hello.buffered_attempt_ids)
@@ -263,7 +276,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
         await _put(self.actor, Request(make=lambda now: c.WorkerRegistered(
             now, wid, hello.incarnation, hello.slots, hello.environment_id, hello.cpu_millis, hello.memory_mb,
-            owned=cmd_owned, buffered=cmd_buffered, cell_environment_id=hello.cell_environment_id), done=done))
+            owned=cmd_owned, buffered=cmd_buffered, cell_environment_id=hello.cell_environment_id,
+            environment=environment), done=done))
         t: Transition = await registered
         if not t.outcome.ok:
             session.cut(f"registration refused: {t.outcome.rejection.name}")
@@ -364,6 +378,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         elif kind == "group_finished":
             aid = AssignmentId(codec.require_id(frame.group_finished.assignment_id, "assignment_id"))
             self._ack_after(session, seq, lambda now: c.GroupFinished(now, wid, aid))
+        elif kind == "run_environment":
+            m = frame.run_environment
+            run_id = RunId(codec.require_id(m.run_id, "run_id"))
+            measured = codec.decode_manifest(m.components, "the run environment")
+            incarnation = session.incarnation
+            self._ack_after(session, seq, lambda now: c.RunEnvironmentMeasured(now, wid, incarnation, run_id, measured),
+                            refill=True)
         elif kind == "drain_notice":
             self._ack_after(session, seq, lambda now: c.WorkerDrained(now, wid))
         elif kind == "goodbye":
@@ -378,6 +399,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             raise FrameError(Rejection.MALFORMED_FRAME, "hello is sent once, as the first frame of a session")
         else:
             raise FrameError(Rejection.MALFORMED_FRAME, f"frame without a known body ({kind})")
+
+    async def DescribeRunEnvironment(self, request: Any, context: Any) -> Any:
+        token, _ = bearer(context.invocation_metadata())
+        try:
+            self.tokens.check_any(token)
+        except AuthError as e:
+            await context.abort(_status_for_auth(e), f"{Rejection.UNAUTHENTICATED.name}: {e}")
+            return None
+        run_id = RunId(request.run_id)
+        out = await submit(self.actor, query=lambda s: views.run_environment(s, run_id))
+        if out is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
+        return out
 
     def _flush_heartbeats(self) -> None:
         self.hub.heartbeat_flush = None
@@ -490,7 +524,20 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         except SpecError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"SPEC_INVALID: {e}")
             return None
-        run_id = run_id_for(spec.canonical, policy.canonical())
+        try:
+            manifest = codec.decode_manifest(request.manifest, "the environment manifest")
+        except FrameError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"SPEC_INVALID: {e.detail}")
+            return None
+        worker_keys = tuple(dict.fromkeys(request.worker_keys))
+        if any(not k or len(k) > limits.MANIFEST_KEY_CHARS_MAX for k in worker_keys) or \
+                len(worker_keys) > limits.MANIFEST_ENTRIES_MAX or set(worker_keys) & set(dict(manifest)):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "SPEC_INVALID: worker keys must be non-empty, bounded and not in the manifest")
+            return None
+        frozen_env = canonical_json({"manifest": dict(manifest), "workerKeys": list(worker_keys)}) \
+            if manifest or worker_keys else ""
+        run_id = run_id_for(spec.canonical, policy.canonical(), frozen_env)
         if request.HasField("run_id") and request.run_id and request.run_id != run_id:
             # A run is named by what it freezes: another id would be another spec or policy.
             given = request.run_id
@@ -498,7 +545,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             code = grpc.StatusCode.ALREADY_EXISTS if exists else grpc.StatusCode.INVALID_ARGUMENT
             what = "is frozen with another spec or policy" if exists else "is not this spec and policy's id"
             await context.abort(code, f"SPEC_CONFLICT: run id {given} {what} ({run_id})")
-        t: Transition = await submit(self.actor, make=lambda now: c.RunSubmitted(now, run_id, spec, policy))
+        t: Transition = await submit(self.actor, make=lambda now: c.RunSubmitted(now, run_id, spec, policy,
+                                                                                 manifest, worker_keys))
+        if t.outcome.kind == OutcomeKind.ACCEPTED:
+            log.info("run_frozen", run_id=run_id, reference_keys=len(manifest), worker_keys=len(worker_keys),
+                     bench_root=request.bench_root or None)
         if t.outcome.rejection == Rejection.SPEC_CONFLICT:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"SPEC_CONFLICT: {t.outcome.detail}")
         if not t.outcome.ok:

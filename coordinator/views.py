@@ -5,8 +5,9 @@ They cost in proportion to the run (a summary walks every cell): fine for an ope
 """
 from __future__ import annotations
 
-from common.fleetpb import admin_pb2, common_pb2
+from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
 from common.ids import RunId
+from common.identity import manifest_id
 from coordinator.core import summarize
 from coordinator.core.summary import run_counts
 from coordinator.core.machine import liveness_policy
@@ -39,14 +40,46 @@ def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatus
             cells_selected=n.selected, cells_incomplete=n.cells_total - n.selected - n.running,
             cells_running=n.running, peak_concurrent_groups=run.peak_active, slots_offered=run.peak_slots_offered,
             max_concurrent_groups=run.spec.max_concurrent_groups, cells_total=n.cells_total,
-            retries=n.retries, cells_exhausted=n.exhausted))
+            retries=n.retries, cells_exhausted=n.exhausted,
+            environment_id=manifest_id(run.manifest) if run.manifest else "", reference_keys=len(run.manifest),
+            pin_environment_id=manifest_id(dict(run.pin)) if run.pin is not None else "", pinned_by=run.pinned_by,
+            pinned_age_ms=max(0, now_ms - run.pinned_ms) if run.pin is not None else 0))
     for wid, w in state.workers.items():
-        last = state.soft.last_heard_ms.get(wid, w.registered_ms)
-        out.workers.append(admin_pb2.WorkerStatus(
+        # What was really heard last: a restart forgets soft state, and then a worker that
+        # expired or left says when, one still registered when it registered.
+        last = state.soft.contact_ms.get(wid) or w.left_ms or w.registered_ms
+        ws = admin_pb2.WorkerStatus(
             worker_id=wid, status=w.status.name.lower() + (" draining" if w.draining else ""),
             incarnation=w.incarnation, slots=w.slots, busy_slots=len(w.assignments),
-            last_heartbeat_age_ms=max(0, now_ms - last), environment_id=w.environment_id))
+            last_heartbeat_age_ms=max(0, now_ms - last), environment_id=w.environment_id,
+            serves_runs=[r for r in w.fits if _serves(state, r, w)])
+        if w.refusal is not None:
+            ws.refused_run_id, ws.refused_reason = w.refusal.run_id, w.refusal.reason
+            ws.refused_age_ms = max(0, now_ms - w.refusal.at_ms)
+            ws.refused_differences.extend(common_pb2.EnvironmentDifference(key=k, run_value=a, worker_value=b)
+                                          for k, a, b in w.refusal.differences[:REFUSAL_DIFFERENCES_SHOWN_MAX])
+        out.workers.append(ws)
     return out
+
+
+REFUSAL_DIFFERENCES_SHOWN_MAX = 50
+
+
+def _serves(state: State, run_id: str, w) -> bool:
+    run = state.runs[run_id]
+    fit = w.fits[run_id]
+    return not fit.differences and (run.pin is None or fit.components == run.pin)
+
+
+def run_environment(state: State, run_id: RunId) -> coordinator_pb2.DescribeRunEnvironmentResponse | None:
+    run = state.runs.get(run_id)
+    if run is None:
+        return None
+    comps = [common_pb2.EnvironmentComponent(key=k, value=v) for k, v in run.manifest.items()]
+    pin = [common_pb2.EnvironmentComponent(key=k, value=v) for k, v in (run.pin or ())]
+    return coordinator_pb2.DescribeRunEnvironmentResponse(
+        run_id=run_id, reference=comps, worker_keys=run.worker_keys, pin=pin, pinned_by=run.pinned_by,
+        environment_match=run.policy.environment_match)
 
 
 def results(state: State, run_id: RunId) -> admin_pb2.GetResultsResponse | None:

@@ -222,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", type=Path)
     p.add_argument("--policy", type=Path)
     p.add_argument("--run-id")
+    p.add_argument("--bench-root", type=Path,
+                   help="the benchmark's folder to measure the run's files from (default: the spec's folder)")
     p = sub.add_parser("status", help="runs, workers, dead letters")
     p.add_argument("run", nargs="?")
     p.add_argument("--json", action="store_true")
@@ -290,7 +292,12 @@ def run(args: argparse.Namespace) -> int:
             from tools.compat import spec_text_for_fleetctl  # a single-host evaluator spec: its fleet conversion
 
             spec_text = spec_text_for_fleetctl(spec_text, args.spec)
-            req = admin_pb2.SubmitRunRequest(spec_json=spec_text, policy_json=policy_text)
+            from tools.submission import SubmissionError, submit_request
+
+            try:
+                req = submit_request(spec_text, policy_text, args.bench_root or args.spec.resolve().parent)
+            except SubmissionError as e:
+                raise CtlError(str(e)) from None
             if args.run_id:
                 req.run_id = args.run_id
             resp = admin.call("SubmitRun", req)

@@ -149,7 +149,13 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
     try:
         local.start()
         admin = Admin(local.address, (local.data / "coordinator" / "admin.token").read_text().strip())
-        resp = admin.call("SubmitRun", admin_pb2.SubmitRunRequest(spec_json=spec_text, policy_json=policy_text))
+        from tools.submission import SubmissionError, submit_request
+
+        try:
+            req = submit_request(spec_text, policy_text, local.bench_root)
+        except SubmissionError as e:
+            raise CtlError(str(e)) from None
+        resp = admin.call("SubmitRun", req)
         run_id = resp.run_id
         say = printer or (lambda text: print(text, file=sys.stderr, flush=True))
         say(f"fleet local: run {run_id} ({'new' if resp.created else 'resumed'}) on {workers} workers x {slots} "

@@ -72,7 +72,10 @@ HELLO_BUFFERED_IDS_CHARS_MAX = 1 << 20
 # An Ack for Goodbye is waited for this long before the stream is closed anyway.
 GOODBYE_ACK_TIMEOUT_MS = 2_000
 
-PROTOCOL_VERSION = 2  # 2: understands AckBatch
+# Runs offered on one stream and waiting to be measured; an offer past it comes again with
+# the next heartbeat.
+RUN_OFFERS_QUEUED_MAX = 64
+PROTOCOL_VERSION = 3  # 2: understands AckBatch; 3: measures a run's environment when offered it
 
 
 PROGRAM = "fleet-worker"

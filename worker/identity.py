@@ -1,12 +1,19 @@
-"""The worker's environment identity: a manifest of what is really installed here, and its id.
+"""Environment identity: what a run uses, measured on this machine, never echoed.
 
-Rules. Every entry is measured on this machine (the interpreter, the platform, fleet's own
-version, revision and source, the bench root's revision, the digests of the benchmark
-files the spec's commands and callables name, of every task dir, and of the tools the
-commands resolve to), never echoed from a configured string. Absent things are omitted
-(no git checkout: no revision) or recorded as "missing" (a named file that is not there),
-so two workers agree exactly when their measurements agree. Nothing is imported or run
-from the bench root: identity must not execute benchmark code.
+Three measurements share one set of keys (common/identity.py says which part each joins):
+1. `worker_identity`: the Hello's spec-independent manifest (interpreter, platform, fleet's
+   own version, revision and source, Harbor's version): part of every run's pin.
+2. `run_manifest`: what `fleetctl submit` measures of a spec from the submitter's bench root:
+   the digests of the bench files its commands and callables name and of every task dir
+   (the reference), and the names of the tools the commands resolve to (measured by
+   workers only, part of the pin).
+3. `measure_keys`: a worker's measurement of exactly the keys a run offers, from its own
+   bench root and PATH.
+Absent things are recorded as "missing", so two sides agree exactly when their files agree.
+A task dir's digest leaves out what the bench root says is not part of it: `.fleetignore`
+and `.gitignore` files, in gitignore syntax (read with pathspec, the same on every machine,
+checkout or not). Nothing is imported or run from the bench root: identity must not execute
+benchmark code.
 """
 from __future__ import annotations
 
@@ -21,13 +28,14 @@ import subprocess
 import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
+import pathspec
+
+from common.identity import REFERENCE_KEY_PREFIXES, WORKER_KEY_PREFIXES, manifest_id
 from common.limits import GIT_REVISION_TIMEOUT_MS
-from common.spec import canonical_json
 from worker.executor.command import DEFAULT_PATH, PLACEHOLDER, UnknownPlaceholder, substitute, template_values
 
-ENVIRONMENT_ID_HEX_CHARS = 16
 FLEET_ROOT = Path(__file__).resolve().parent.parent
 # The parts of fleet that run on a worker; coordinator and tools code does not change what
 # a cell does here.
@@ -58,6 +66,7 @@ def compute_manifest(spec_document: Mapping, bench_root: Path, *, path: str | No
     rev = git_revision(bench_root)
     if rev:
         m["bench.revision"] = rev
+    ignored = bench_ignore(bench_root)
     executor = spec_document.get("executor") or {}
     kind = str(executor.get("kind", ""))
     m["executor.kind"] = kind
@@ -66,7 +75,7 @@ def compute_manifest(spec_document: Mapping, bench_root: Path, *, path: str | No
         rel = task.get("dir")
         if rel:
             src = bench_root / rel
-            m[f"bench.taskdir:{rel}"] = tree_digest(src) if src.is_dir() else MISSING
+            m[f"bench.taskdir:{rel}"] = tree_digest(src, ignored=ignored) if src.is_dir() else MISSING
     subjects = list(spec_document.get("subjects") or ())
     verifier = spec_document.get("verifier") or {}
     if kind == "command":
@@ -83,8 +92,76 @@ def compute_manifest(spec_document: Mapping, bench_root: Path, *, path: str | No
 
 
 def environment_id(manifest: Mapping[str, str]) -> str:
-    digest = hashlib.sha256(canonical_json(dict(manifest)).encode()).hexdigest()
-    return "env-" + digest[:ENVIRONMENT_ID_HEX_CHARS]
+    return manifest_id(manifest)
+
+
+def run_manifest(spec_document: Mapping, bench_root: Path, *, path: str | None = None
+                 ) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What `fleetctl submit` freezes with a run: (the reference, measured here, of the bench
+    files and task dirs the spec uses; the keys only workers measure, by name)."""
+    m = compute_manifest(spec_document, bench_root, path=path)
+    reference = {k: v for k, v in m.items() if k.startswith(REFERENCE_KEY_PREFIXES) and k != "executor.kind"}
+    worker_keys = [k for k in m if k.startswith(WORKER_KEY_PREFIXES)]
+    if str((spec_document.get("executor") or {}).get("kind", "")) == "harbor":
+        # Harbor's own checksum of each task, by the worker's Harbor: pinned, so every
+        # worker of a run agrees with the first one on what Harbor makes of the tasks.
+        worker_keys += [f"harbor.task:{t['dir']}" for t in spec_document.get("tasks") or () if t.get("dir")]
+    return reference, tuple(sorted(dict.fromkeys(worker_keys)))
+
+
+def measure_keys(keys: Iterable[str], bench_root: Path, *, path: str | None = None) -> dict[str, str]:
+    """This worker's measurement of the keys a run offers, from its own bench root and PATH.
+    A key of a kind this version does not know is answered "unknown key", which differs
+    from any reference, so a worker never serves what it cannot measure."""
+    root = Path(os.path.abspath(bench_root))
+    ignored = bench_ignore(root)
+    out: dict[str, str] = {}
+    harbor_tasks: list[str] = []
+    for key in keys:
+        kind, _, name = key.partition(":")
+        if kind == "bench.file":
+            p = _inside(root, name)
+            out[key] = file_digest(p) if p is not None and p.is_file() else MISSING
+        elif kind == "bench.taskdir":
+            p = _inside(root, name, resolve=False)
+            out[key] = tree_digest(p, ignored=ignored) if p is not None and p.is_dir() else MISSING
+        elif kind == "python.module":
+            out[key] = _module_digest(name, root)
+        elif kind == "tool":
+            tool = _which(name, path or DEFAULT_PATH)
+            out[key] = file_digest(Path(tool)) if tool else MISSING
+        elif kind == "harbor.task":
+            harbor_tasks.append(name)
+        else:
+            out[key] = UNKNOWN_KEY
+    if harbor_tasks:
+        from worker.executor.harbor import harbor_manifest, harbor_python
+
+        measured = harbor_manifest(root, harbor_python({}), harbor_tasks)
+        for name in harbor_tasks:
+            out[f"harbor.task:{name}"] = measured.get(f"harbor.task:{name}", measured.get("harbor.version", MISSING))
+    return dict(sorted(out.items()))
+
+
+UNKNOWN_KEY = "unknown key"
+
+
+def _inside(root: Path, rel: str, *, resolve: bool = True) -> Path | None:
+    """`root / rel` when it stays inside the root (a key never reads outside it)."""
+    if not rel or Path(rel).is_absolute():
+        return None
+    p = root / rel
+    try:
+        real = p.resolve() if resolve else Path(os.path.normpath(p))
+    except OSError:
+        return None
+    base = root.resolve() if resolve else root
+    return real if real != base and real.is_relative_to(base) else None
+
+
+def differences(want: Mapping[str, str], got: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(key, wanted, got) for every wanted key whose measured value differs."""
+    return [(k, v, got.get(k, "(not measured)")) for k, v in sorted(want.items()) if got.get(k) != v]
 
 
 def describe(spec_document: Mapping, bench_root: Path, *, path: str | None = None) -> str:
@@ -97,16 +174,18 @@ def describe(spec_document: Mapping, bench_root: Path, *, path: str | None = Non
 def worker_identity(bench_root: Path, *, path: str | None = None) -> tuple[dict[str, str], str]:
     """(manifest, environment id) a worker presents in Hello, before it knows any spec: the
     measurements that do not depend on a spec (interpreter, platform, fleet's version,
-    revision and source, the bench root's revision) and one digest of the whole bench root
-    tree, so any change to the benchmark on this machine changes the id."""
+    revision and source, Harbor's version)."""
     manifest = compute_manifest({}, bench_root, path=path)
     manifest.pop("executor.kind", None)  # spec-dependent; empty without a spec
-    manifest["bench.tree"] = tree_digest(Path(bench_root))
+    # The bench root as a whole is no part of it: a run compares the files it uses
+    # (`measure_keys`), so a log file, a cache or a results folder locks no worker out.
+    manifest.pop("bench.revision", None)
     if _has_harbor_tasks(Path(bench_root)):
-        # Harbor's version, its interpreter, and Harbor's own checksum of every task.
+        # Harbor's version, its interpreter, the runner; tasks are measured per run.
         from worker.executor.harbor import harbor_manifest, harbor_python
 
-        manifest.update(harbor_manifest(Path(bench_root), harbor_python({})))
+        manifest.update({k: v for k, v in harbor_manifest(Path(bench_root), harbor_python({})).items()
+                         if not k.startswith("harbor.task:")})
     manifest = dict(sorted(manifest.items()))
     return manifest, environment_id(manifest)
 
@@ -141,20 +220,64 @@ def file_digest(p: Path) -> str:
     return h.hexdigest()
 
 
-def tree_digest(root: Path, subdirs: Iterable[str] = ("",), *, suffix: str = "") -> str:
+Ignored = Callable[[Path, bool], bool]
+IGNORE_FILE_NAMES = (".fleetignore", ".gitignore")
+
+
+def bench_ignore(bench_root: Path) -> Ignored:
+    """What a bench root says is not part of it: every `.fleetignore` and `.gitignore` file
+    (gitignore syntax, pathspec's GitIgnoreSpec), each applying below its own directory.
+    Read the same way on every machine, git checkout or not, so a copy agrees with its source."""
+    root = Path(os.path.abspath(bench_root))
+    specs: dict[Path, pathspec.PathSpec | None] = {}
+
+    def spec_of(directory: Path) -> pathspec.PathSpec | None:
+        if directory not in specs:
+            lines: list[str] = []
+            for name in IGNORE_FILE_NAMES:
+                f = directory / name
+                if f.is_file():
+                    lines += f.read_text(errors="replace").splitlines()
+            specs[directory] = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+        return specs[directory]
+
+    def ignored(p: Path, is_dir: bool) -> bool:
+        try:
+            rel = p.relative_to(root)
+        except ValueError:
+            return False
+        base = root
+        parts = rel.parts
+        for i in range(len(parts)):
+            spec = spec_of(base)
+            if spec is not None:
+                sub = "/".join(parts[i:]) + ("/" if is_dir else "")
+                if spec.match_file(sub):
+                    return True
+            base = base / parts[i]
+        return False
+
+    return ignored
+
+
+def tree_digest(root: Path, subdirs: Iterable[str] = ("",), *, suffix: str = "", ignored: Ignored | None = None) -> str:
     """One digest over the names, kinds, executable bits and contents of a tree; symlinks by
-    their target, never followed. Caches (__pycache__) and .git are not part of a tree."""
+    their target, never followed. Caches (__pycache__) and .git are not part of a tree, nor
+    is what `ignored` (a bench root's ignore rules) says."""
     h = hashlib.sha256()
     for sub in subdirs:
         top = root / sub if sub else root
         for dirpath, dirs, names in os.walk(top):
-            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS
+                             and not (ignored and ignored(Path(dirpath, d), True)))
             rel_dir = Path(dirpath).relative_to(root).as_posix()
             h.update(b"D " + rel_dir.encode() + b"\n")
             for name in sorted(names):
                 if suffix and not name.endswith(suffix):
                     continue
                 p = Path(dirpath, name)
+                if ignored and ignored(p, False):
+                    continue
                 rel = p.relative_to(root).as_posix().encode()
                 st = p.lstat()
                 if stat.S_ISLNK(st.st_mode):

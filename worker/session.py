@@ -68,6 +68,7 @@ from worker.config import (
     PROTOCOL_VERSION,
     REPORT_SENDS_MAX,
     REPORTS_IN_FLIGHT_MAX,
+    RUN_OFFERS_QUEUED_MAX,
     UPLOAD_CHUNKS_IN_FLIGHT_MAX,
     UPLOAD_RESTARTS_MAX,
     WELCOME_TIMEOUT_MS,
@@ -76,7 +77,10 @@ from worker.config import (
 )
 from worker.executor.base import AttemptDirs, CellJob, CellOutcome, Executor, now_ms, one_line, remove_tree, seal
 from worker.executor.base import executor_for as default_executor_for
+from worker.identity import measure_keys
 from worker.outbox import AssignmentConflict, OutboxEntry, OutboxFull, WorkerState
+
+REFUSAL_DIFFERENCES_LOGGED_MAX = 20
 
 __all__ = ["Ended", "Refused", "WorkerSession", "channel_options", "software_version"]
 
@@ -218,6 +222,9 @@ class _Stream:
         self.durable: set[str] = set()  # digests acknowledged as durable on this stream
         self.uploading: dict[str, asyncio.Event] = {}  # digest -> set when that upload ends
         self.upload_slots = asyncio.Semaphore(UPLOADS_IN_FLIGHT_MAX)
+        # Runs offered on this stream, measured once each by the measurer task, in order.
+        self.offers: asyncio.Queue[tuple[str, tuple[str, ...]]] = asyncio.Queue(RUN_OFFERS_QUEUED_MAX)
+        self.offered: dict[str, None] = {}
         self.report_slots = asyncio.Semaphore(REPORTS_IN_FLIGHT_MAX)
         self._upload_count = 0
 
@@ -327,6 +334,7 @@ class WorkerSession:
         self._groups: asyncio.TaskGroup | None = None
         self._log = log.bind(worker=config.worker_id)
         self.streams_opened = 0
+        self.refusals: dict[str, str] = {}  # run id -> why it refused this worker
         self.connected = False  # a stream is open and welcomed
         self.welcomed = asyncio.Event()  # set at the first Welcome (sd_notify READY=1)
 
@@ -572,6 +580,7 @@ class WorkerSession:
                 tg.create_task(self._pump(s))
                 tg.create_task(self._finisher(s))
                 tg.create_task(self._drain_notice(s))
+                tg.create_task(self._measurer(s))
                 tg.create_task(self._goodbye_when_done(s))
         except Exception as exc:
             leaves = list(_leaves(exc))
@@ -604,7 +613,7 @@ class WorkerSession:
             slots=self._config.slots,
             cpu_millis=self._config.cpu_millis,
             memory_mb=self._config.memory_mb,
-            environment=[coordinator_pb2.EnvironmentComponent(key=k, value=v) for k, v in self._manifest.items()],
+            environment=[common_pb2.EnvironmentComponent(key=k, value=v) for k, v in self._manifest.items()],
             environment_id=self._environment_id,
             cell_environment_id=cell_environment_id(self._manifest),
             owned_assignment_ids=owned,
@@ -680,6 +689,16 @@ class WorkerSession:
             elif kind == "run_state":
                 rs = frame.run_state
                 self._log.info("run state", run=rs.run_id, paused=rs.paused, blocked_reason=rs.blocked_reason)
+            elif kind == "run_offer":
+                offer = frame.run_offer
+                if offer.run_id not in s.offered:  # a heartbeat may bring the same offer again
+                    try:
+                        s.offers.put_nowait((offer.run_id, tuple(offer.keys)))
+                        s.offered[offer.run_id] = None
+                    except asyncio.QueueFull:
+                        self._log.warning("run offer dropped: too many queued; it comes again", run=offer.run_id)
+            elif kind == "run_refused":
+                self._on_run_refused(frame.run_refused)
             elif kind == "drain":
                 self._log.info("drain requested by the coordinator", reason=frame.drain.reason)
                 self.drain()
@@ -690,6 +709,31 @@ class WorkerSession:
                 self._log.warning("a second welcome on one stream ignored", stream=s.number)
             else:
                 raise _ProtocolError(f"a coordinator frame without a known body ({kind})")
+
+    async def _measurer(self, s: _Stream) -> None:
+        """Measure each offered run's keys from this worker's own bench root (in a thread:
+        hashing task dirs takes a while) and answer; the coordinator compares."""
+        while True:
+            run_id, keys = await s.offers.get()
+            measured = await asyncio.to_thread(measure_keys, keys, self._config.bench_root,
+                                               path=self._config.command_path)
+            self._log.debug("run measured", run=run_id, keys=len(keys))
+            ack = await s.request("run_environment", coordinator_pb2.RunEnvironment(
+                run_id=run_id, components=[common_pb2.EnvironmentComponent(key=k, value=v)
+                                           for k, v in measured.items()]))
+            if ack.outcome == _REJECTED:
+                self._log.warning("run measurement refused", run=run_id,
+                                  rejection=common_pb2.RejectionReason.Name(ack.rejection), detail=ack.detail)
+
+    def _on_run_refused(self, r: coordinator_pb2.RunRefused) -> None:
+        """A run this worker may not serve: say why, with the keys that differ, and stay
+        connected for the runs it can serve."""
+        shown = [f"{d.key}: run {d.run_value}, this worker {d.worker_value}"
+                 for d in r.differences[:REFUSAL_DIFFERENCES_LOGGED_MAX]]
+        self.refusals[r.run_id] = r.reason
+        self._log.warning("this worker may not serve a run", run=r.run_id, reason=r.reason,
+                          differences=shown, more=max(0, len(r.differences) - len(shown)),
+                          hint=f"fleet-worker identity --against {r.run_id} shows the same from this side")
 
     async def _on_push(self, push: coordinator_pb2.AssignmentPush) -> None:
         aid = AssignmentId(push.assignment_id)

@@ -177,6 +177,8 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
         if aid not in held:
             fx.append(RevokeAssignment(worker.worker_id, aid, _revoke_reason(state, aid, worker.worker_id)))
     state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
+    state.soft.contact_ms[worker.worker_id] = cmd.now_ms
+    worker.left_ms = 0
     state.version += 1
     for run in state.runs.values():
         if run.settled:
@@ -543,6 +545,7 @@ def _worker_gone(state: State, cmd: c.WorkerGone, fx: Fx) -> Outcome:
     for aid in list(worker.assignments):
         _release(state, state.assignments[aid], cmd.now_ms, "worker gone", fx)
     _set_status(state, worker, WorkerStatus.GONE)
+    worker.left_ms = cmd.now_ms
     state.version += 1
     fx.append(Emit("worker_gone", None, worker.worker_id))
     _fill(state, cmd.now_ms, fx)
@@ -598,6 +601,7 @@ def _worker_expired(state: State, cmd: c.WorkerExpired, fx: Fx) -> Outcome:
         _release(state, state.assignments[aid], cmd.now_ms, "worker expired", fx)
         fx.append(RevokeAssignment(worker.worker_id, aid, "worker expired"))
     _set_status(state, worker, WorkerStatus.EXPIRED)
+    worker.left_ms = cmd.now_ms
     state.version += 1
     fx.append(Emit("worker_expired", None, worker.worker_id))
     _fill(state, cmd.now_ms, fx)
@@ -637,6 +641,7 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
         return Transition(rejected(Rejection.WORKER_NOT_ACTIVE,
                                    f"worker {cmd.worker_id} is {worker.status.name.lower()}: register again"))
     state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
+    state.soft.contact_ms[worker.worker_id] = cmd.now_ms
     fx: Fx = []
     owned = dict.fromkeys(cmd.owned)
     for aid in worker.assignments:

@@ -133,6 +133,7 @@ class WorkerState:
     # Runs this worker measured since it last registered; only these may be dispatched to it.
     fits: dict[RunId, RunFit] = field(default_factory=dict)
     refusal: Refusal | None = None  # the last time a run refused this worker, and why
+    left_ms: int = 0  # when it expired or left; 0 while registered
 
 
 @dataclass(slots=True)
@@ -179,7 +180,8 @@ class RunState:
 class Soft:
     """Liveness: rebuilt after a restart, never logged."""
 
-    last_heard_ms: dict[WorkerId, int] = field(default_factory=dict)
+    last_heard_ms: dict[WorkerId, int] = field(default_factory=dict)  # liveness (recovery shifts it)
+    contact_ms: dict[WorkerId, int] = field(default_factory=dict)  # the last frame really heard
 
 
 @dataclass(slots=True)
@@ -230,7 +232,7 @@ def durable_view(state: State) -> dict:
         "workers": {w.worker_id: [w.incarnation, w.slots, w.environment_id, w.cpu_millis, w.memory_mb,
                                   int(w.status), w.registered_ms, w.cell_environment_id, w.draining,
                                   list(w.assignments), w.environment,
-                                  {r: [f.components, f.differences] for r, f in w.fits.items()},
+                                  {r: [f.components, f.differences] for r, f in w.fits.items()}, w.left_ms,
                                   None if w.refusal is None else [w.refusal.run_id, w.refusal.reason,
                                                                   w.refusal.differences, w.refusal.at_ms]]
                     for w in state.workers.values()},

@@ -329,7 +329,7 @@ def test_hello_carries_identity_incarnation_and_the_buffered_attempts(tmp_path: 
             assert (hello.worker_id, hello.incarnation, hello.slots, hello.cpu_millis, hello.memory_mb) == (
                 WORKER, 2, 2, 4000, 2048)
             assert [(c.key, c.value) for c in hello.environment] == sorted(MANIFEST.items())
-            assert hello.environment_id == ENV_ID and hello.protocol_version == 2
+            assert hello.environment_id == ENV_ID and hello.protocol_version == 3
             assert hello.software_version == "test"
             assert list(hello.buffered_attempt_ids) == [earlier] and list(hello.owned_assignment_ids) == []
             md = fake.streams[0].metadata
@@ -616,7 +616,8 @@ def test_fleet_worker_refuses_python_O_and_prints_its_identity(tmp_path: Path) -
                            cwd=REPO, capture_output=True, text=True, env=env, timeout=20)
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
-    assert data["environmentId"].startswith("env-") and "bench.tree" in data["manifest"]
+    assert data["environmentId"].startswith("env-") and "python.version" in data["manifest"]
+    assert "bench.tree" not in data["manifest"], "the bench root as a whole is no part of the identity"
 
 
 def test_plaintext_to_a_remote_coordinator_needs_insecure(tmp_path: Path) -> None:

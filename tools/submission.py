@@ -1,0 +1,43 @@
+"""What `fleetctl submit` and `fleetctl local` send to freeze a run: the spec, the policy, and
+the submitter's own measurement of what the run uses under its bench root.
+
+The measurement is the reference for the run's environment (README, "How identity is
+computed"): a worker serves the run only when its measurement of the same keys is equal, so
+a worker of another benchmark or an older build of this one never runs it. Bench files the
+spec names but the bench root lacks are measured as "missing", like a worker would: a
+submission from the wrong folder makes a run no correct worker matches, so it is refused
+here with the keys that are missing.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from common.fleetpb import admin_pb2, common_pb2
+from worker.identity import MISSING, run_manifest
+
+
+class SubmissionError(Exception):
+    pass
+
+
+def submit_request(spec_text: str, policy_text: str, bench_root: Path, *, allow_missing: bool = False
+                   ) -> admin_pb2.SubmitRunRequest:
+    try:
+        document = json.loads(spec_text)
+    except ValueError as e:
+        raise SubmissionError(f"the spec is not JSON: {e}") from None
+    if not isinstance(document, dict):
+        raise SubmissionError("the spec is not a JSON object")
+    root = bench_root.resolve()
+    if not root.is_dir():
+        raise SubmissionError(f"bench root {bench_root} is not a directory")
+    reference, worker_keys = run_manifest(document, root)
+    missing = [k for k, v in reference.items() if v == MISSING]
+    if missing and not allow_missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise SubmissionError(f"the spec names what bench root {root} does not hold: {shown} "
+                              "(pass --bench-root DIR, the folder the spec's paths are relative to)")
+    return admin_pb2.SubmitRunRequest(
+        spec_json=spec_text, policy_json=policy_text, bench_root=str(root), worker_keys=worker_keys,
+        manifest=[common_pb2.EnvironmentComponent(key=k, value=v) for k, v in sorted(reference.items())])

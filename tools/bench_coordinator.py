@@ -389,8 +389,8 @@ def bench_report(now_ms: int) -> common_pb2.Report:
 def hello_frame(worker_id: str, slots: int) -> coordinator_pb2.WorkerFrame:
     return coordinator_pb2.WorkerFrame(seq=1, hello=coordinator_pb2.Hello(
         worker_id=worker_id, incarnation=1, slots=slots, cpu_millis=1_000 * slots, memory_mb=1_024 * slots,
-        environment=[coordinator_pb2.EnvironmentComponent(key="bench", value=ENVIRONMENT_ID)],
-        environment_id=ENVIRONMENT_ID, protocol_version=2, software_version="bench_coordinator"))
+        environment=[common_pb2.EnvironmentComponent(key="bench", value=ENVIRONMENT_ID)],
+        environment_id=ENVIRONMENT_ID, protocol_version=3, software_version="bench_coordinator"))
 
 
 def aio_channel(address: str) -> grpc.aio.Channel:
@@ -493,6 +493,10 @@ class Sim:
                         self._on_ack(ack)
                 elif kind == "assignment":
                     self._on_push(frame.assignment)
+                elif kind == "run_offer":  # a run submitted without a manifest names no key
+                    self.send("", "", run_environment=coordinator_pb2.RunEnvironment(
+                        run_id=frame.run_offer.run_id, components=[common_pb2.EnvironmentComponent(key=k, value="")
+                                                                   for k in frame.run_offer.keys]))
         except grpc.aio.AioRpcError as e:
             if not self.stopping:
                 self.error = f"stream: {e.code().name}: {e.details()}"
@@ -1030,6 +1034,10 @@ async def _upload_session(coord: Coordinator, blobs: list[bytes], window: int,
                 raise RuntimeError("upload session ended before a push")
             if f.WhichOneof("body") == "assignment":
                 push = f.assignment
+            elif f.WhichOneof("body") == "run_offer":
+                seq += 1
+                await call.write(coordinator_pb2.WorkerFrame(seq=seq, run_environment=coordinator_pb2.RunEnvironment(
+                    run_id=f.run_offer.run_id)))
         attempt = push.cells[0].attempt_id
         acks: asyncio.Queue = asyncio.Queue()
 

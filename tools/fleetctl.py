@@ -101,13 +101,47 @@ def status_json(resp: Any) -> dict:
                   "cells_exhausted": r.cells_exhausted, "retries": r.retries,
                   "groups": {g.state: g.count for g in r.group_counts},
                   "peak_concurrent_groups": r.peak_concurrent_groups, "slots_offered": r.slots_offered,
-                  "max_concurrent_groups": r.max_concurrent_groups} for r in resp.runs],
+                  "max_concurrent_groups": r.max_concurrent_groups,
+                  "environment": {"reference_id": r.environment_id or None, "reference_keys": r.reference_keys,
+                                  "pin_id": r.pin_environment_id or None, "pinned_by": r.pinned_by or None,
+                                  "pinned_age_ms": r.pinned_age_ms if r.pin_environment_id else None}}
+                 for r in resp.runs],
         "workers": [{"worker_id": w.worker_id, "status": w.status, "incarnation": w.incarnation, "slots": w.slots,
                      "busy_slots": w.busy_slots, "last_heartbeat_age_ms": w.last_heartbeat_age_ms,
-                     "environment_id": w.environment_id} for w in resp.workers],
+                     "environment_id": w.environment_id, "serves_runs": list(w.serves_runs),
+                     "refusal": {"run_id": w.refused_run_id, "reason": w.refused_reason,
+                                 "age_ms": w.refused_age_ms,
+                                 "differences": [{"key": d.key, "run": d.run_value, "worker": d.worker_value}
+                                                 for d in w.refused_differences]} if w.refused_run_id else None}
+                    for w in resp.workers],
         "dead_letters": [{"worker_id": d.worker_id, "attempt_id": d.attempt_id, "reason": d.reason}
                          for d in resp.dead_letters],
     }
+
+
+def age(ms: int) -> str:
+    s = ms / 1000
+    if s < 120:
+        return f"{s:.1f}s"
+    return f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+
+
+def environment_line(env: dict) -> str:
+    ref = (f"reference {env['reference_id']} ({env['reference_keys']} keys, fixed by the submitter)"
+           if env["reference_id"] else "no reference (submitted without a manifest)")
+    pin = (f"pin {env['pin_id']} fixed by worker {env['pinned_by']} at its first dispatch, "
+           f"{age(env['pinned_age_ms'])} ago" if env["pin_id"] else "not pinned yet (pinned at the first dispatch)")
+    return f"environment: {ref}; {pin}"
+
+
+def refusal_lines(worker_id: str, refusal: dict, shown_max: int = 10) -> str:
+    lines = [f"worker {worker_id} refused by run {refusal['run_id']}: {refusal['reason']}"]
+    diffs = refusal["differences"]
+    for d in diffs[:shown_max]:
+        lines.append(f"    {d['key']}: run {d['run']}, worker {d['worker']}")
+    if len(diffs) > shown_max:
+        lines.append(f"    ... and {len(diffs) - shown_max} more (fleetctl status --json lists them)")
+    return "\n".join(lines)
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -128,10 +162,16 @@ def print_status(data: dict) -> None:
               f"assigned {g.get('assigned', 0)}, settled {g.get('settled', 0)}; "
               f"peak {r['peak_concurrent_groups']} groups at once (cap {r['max_concurrent_groups']}, "
               f"{r['slots_offered']} slots offered)")
+        print("  " + environment_line(r["environment"]))
     if data["workers"]:
         print(table([[w["worker_id"], w["status"], w["incarnation"], f"{w['busy_slots']}/{w['slots']}",
-                      f"{w['last_heartbeat_age_ms'] / 1000:.1f}s", w["environment_id"]] for w in data["workers"]],
-                    ["worker", "status", "incarnation", "busy", "last heard", "environment"]))
+                      age(w["last_heartbeat_age_ms"]), w["environment_id"], len(w["serves_runs"]),
+                      f"{w['refusal']['run_id']} {age(w['refusal']['age_ms'])} ago" if w["refusal"] else "-"]
+                     for w in data["workers"]],
+                    ["worker", "status", "incarnation", "busy", "last heard", "environment", "serves", "refused by"]))
+        for w in data["workers"]:
+            if w["refusal"]:
+                print(refusal_lines(w["worker_id"], w["refusal"]))
     else:
         print("no workers registered")
     for d in data["dead_letters"]:

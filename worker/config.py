@@ -109,6 +109,7 @@ class WorkerConfig:
     tls_cert: Path | None = None  # client certificate (mTLS), naming fleet-worker://WORKER_ID
     tls_key: Path | None = None
     metrics_listen: str = ""
+    retry_refused: bool = False  # keep reconnecting with backoff after a permanent refusal
     notify: NotifySettings = field(default_factory=NotifySettings)  # from the environment only
 
     def __post_init__(self) -> None:
@@ -205,6 +206,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", STRING, "Log level of the JSON log on stderr.", default="info", choices=LOG_LEVELS),
     Setting("metrics_listen", STRING, "HOST:PORT of the Prometheus metrics endpoint; empty: no endpoint.",
             default="", metavar="HOST:PORT"),
+    Setting("retry_refused", BOOLEAN, "Keep reconnecting with backoff when the coordinator refuses this worker "
+            "for good (bad token, stale incarnation, old protocol) instead of exiting 77.", default=False),
 )
 
 
@@ -284,6 +287,7 @@ def config_from(r: Resolved, environ: Mapping[str, str], pid: int) -> WorkerConf
         command_path=v["command_path"],
         log_level=v["log_level"],
         metrics_listen=v["metrics_listen"],
+        retry_refused=v["retry_refused"],
         environ=MappingProxyType(dict(environ)),
         notify=settings_from_environ(environ, pid),
     )

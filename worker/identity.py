@@ -81,7 +81,7 @@ def compute_manifest(spec_document: Mapping, bench_root: Path, *, path: str | No
     if kind == "command":
         reps = int(spec_document.get("repetitions") or 1)
         for program in [*subjects, verifier]:
-            _command_entries(m, program, tasks, reps, bench_root, path or DEFAULT_PATH)
+            _command_entries(m, program, tasks, reps, bench_root, path or DEFAULT_PATH, ignored)
     elif kind == "python":
         for program in [*subjects, verifier]:
             target = program.get("callable")
@@ -241,11 +241,16 @@ def bench_ignore(bench_root: Path) -> Ignored:
             specs[directory] = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
         return specs[directory]
 
+    real_root = root.resolve()
+
     def ignored(p: Path, is_dir: bool) -> bool:
         try:
             rel = p.relative_to(root)
         except ValueError:
-            return False
+            try:  # a resolved path (symlinks followed) of a root reached through one
+                rel = p.relative_to(real_root)
+            except ValueError:
+                return False
         base = root
         parts = rel.parts
         for i in range(len(parts)):
@@ -321,7 +326,10 @@ def _under(bench_root: Path, text: str) -> Path | None:
 
 
 def _command_entries(m: dict[str, str], program: Mapping, tasks: list[Mapping], reps: int,
-                     bench_root: Path, path: str) -> None:
+                     bench_root: Path, path: str, ignored: Ignored) -> None:
+    """The bench files a program's command and arguments name (less what the bench root
+    ignores: a log file a subject appends to is no part of the benchmark), and the tool its
+    command resolves to."""
     command = program.get("command")
     if not isinstance(command, str):
         return
@@ -330,7 +338,8 @@ def _command_entries(m: dict[str, str], program: Mapping, tasks: list[Mapping], 
     for text in sorted(_expansions(command, tasks, reps, bench_root, subject_id)):
         p = _under(bench_root, text)
         if p is not None and p.is_file():
-            m[f"bench.file:{p.relative_to(root).as_posix()}"] = file_digest(p)
+            if not ignored(p, False):
+                m[f"bench.file:{p.relative_to(root).as_posix()}"] = file_digest(p)
             continue
         tool = _which(text, path)
         m[f"tool:{text}"] = file_digest(Path(tool)) if tool else MISSING
@@ -339,7 +348,7 @@ def _command_entries(m: dict[str, str], program: Mapping, tasks: list[Mapping], 
             # A flag may carry its path after "=": `--script={{bench_root}}/x.py`.
             for candidate in {text, text.partition("=")[2]}:
                 p = _under(bench_root, candidate)
-                if p is not None and p.is_file():
+                if p is not None and p.is_file() and not ignored(p, False):
                     m[f"bench.file:{p.relative_to(root).as_posix()}"] = file_digest(p)
 
 

@@ -1,10 +1,15 @@
 """`fleet-worker`: the worker process, and `fleet-worker identity`.
 
 Exit codes: 0 after a drain (SIGTERM or SIGINT: stop taking work, let running groups settle,
-flush the outbox, say Goodbye); 2 when the operator must act (a bad flag, a state directory
-in use or bound to another worker id, the coordinator refusing this worker for good:
-bad token, environment mismatch, stale incarnation); 1 on a storage failure or a bug
-(fail-stop: the outbox on disk is what survives); 128+N after a second signal N.
+flush the outbox, say Goodbye); 2 when the operator must act on this machine (a bad flag, a
+state directory in use or bound to another worker id); 77 when the coordinator refused this
+worker for good (a bad token, a certificate of another worker, a stale incarnation, a
+protocol too old to measure a run's environment) — the systemd unit does not restart on it
+(RestartPreventExitStatus), and `--retry-refused` keeps retrying with backoff instead; 1 on
+a storage failure or a bug (fail-stop: the outbox on disk is what survives); 128+N after a
+second signal N. A run that refuses this worker (its files differ from the submitter's, or
+the run is pinned to another build) does not end it: it stays connected for other runs, and
+`fleet-worker identity --against RUN` prints the differences.
 
 systemd (Type=notify): READY=1 after the first Welcome; STATUS= with the connection, busy
 slots and outbox depth; WATCHDOG=1 at half of WATCHDOG_USEC while the event loop runs;
@@ -19,7 +24,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -33,6 +38,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_OPERATOR = 2
+EXIT_REFUSED = 77  # EX_NOPERM: the coordinator will not admit this worker; retrying cannot help
+EXIT_DIFFERS = 1  # `identity --against`: this worker may not serve the run
 
 log = structlog.get_logger("worker.main")
 # Without a systemd watchdog the STATUS= line is still refreshed this often.
@@ -52,13 +59,70 @@ def identity_main(argv: Sequence[str]) -> int:
                                 description="print this machine's environment manifest and id as JSON")
     p.add_argument("--bench-root", required=True)
     p.add_argument("--command-path", metavar="PATH", help="PATH for subjects' commands")
+    p.add_argument("--against", metavar="RUN", help="compare with what run RUN requires (asks the coordinator)")
+    p.add_argument("--coordinator", default="127.0.0.1:7443", help="HOST:PORT, with --against")
+    p.add_argument("--token-file", help="the enrollment token or this worker's credential file, with --against")
+    p.add_argument("--tls-ca", help="CA certificate of a TLS coordinator, with --against")
     args = p.parse_args(list(argv))
     if not os.path.isdir(args.bench_root):
         _say(f"--bench-root {args.bench_root} is not a directory")
         return EXIT_OPERATOR
     manifest, env_id = worker_identity(os.path.abspath(args.bench_root), path=args.command_path)
-    print(json.dumps({"environmentId": env_id, "manifest": manifest}, indent=2, sort_keys=True))
-    return EXIT_OK
+    if not args.against:
+        print(json.dumps({"environmentId": env_id, "manifest": manifest}, indent=2, sort_keys=True))
+        return EXIT_OK
+    return _identity_against(args, manifest)
+
+
+def _identity_against(args: Any, manifest: dict[str, str]) -> int:
+    """The differences a run would refuse this worker for, measured from this side exactly as
+    a session would (common/identity.py): the run's reference keys, then its pin."""
+    import grpc
+
+    from common.fleetpb import coordinator_pb2, coordinator_pb2_grpc
+    from common.identity import CELL_ENVIRONMENT_PREFIXES
+    from worker.identity import differences, measure_keys
+
+    if not args.token_file:
+        _say("--against needs --token-file (the enrollment token or the worker credential)")
+        return EXIT_OPERATOR
+    try:
+        token = open(args.token_file).read().strip()
+    except OSError as e:
+        _say(f"cannot read {args.token_file}: {e.strerror}")
+        return EXIT_OPERATOR
+    if args.tls_ca:
+        channel = grpc.secure_channel(args.coordinator, grpc.ssl_channel_credentials(open(args.tls_ca, "rb").read()))
+    else:
+        channel = grpc.insecure_channel(args.coordinator)
+    try:
+        run = coordinator_pb2_grpc.CoordinatorStub(channel).DescribeRunEnvironment(
+            coordinator_pb2.DescribeRunEnvironmentRequest(run_id=args.against),
+            metadata=(("authorization", f"Bearer {token}"),), timeout=30)
+    except grpc.RpcError as e:
+        _say(f"{e.details()} ({e.code().name})")
+        return EXIT_OPERATOR
+    finally:
+        channel.close()
+    reference = {c.key: c.value for c in run.reference}
+    measured = measure_keys([*reference, *run.worker_keys], os.path.abspath(args.bench_root), path=args.command_path)
+    env = dict(manifest)
+    if run.environment_match == "cell":
+        env = {k: v for k, v in env.items() if k.startswith(CELL_ENVIRONMENT_PREFIXES)}
+    mine = {**env, **{k: measured[k] for k in run.worker_keys}}
+    pin = {c.key: c.value for c in run.pin}
+    ref_diffs = differences(reference, measured)
+    pin_diffs = differences(pin, mine) + [(k, "(not pinned)", v) for k, v in sorted(mine.items()) if pin and k not in pin]
+    out = {"run": run.run_id, "serves": not ref_diffs and not pin_diffs,
+           "reference": {"keys": len(reference), "differences": [list(d) for d in ref_diffs]},
+           "pin": {"pinned_by": run.pinned_by or None, "differences": [list(d) for d in pin_diffs]}}
+    print(json.dumps(out, indent=2, sort_keys=True))
+    for what, diffs in (("the submitter's files", ref_diffs), (f"the pin of worker {run.pinned_by}", pin_diffs)):
+        for key, want, got in diffs:
+            _say(f"differs from {what}: {key}: run {want}, this worker {got}")
+    if not ref_diffs and not pin_diffs:
+        _say(f"this worker may serve run {run.run_id}" + ("" if pin else " (not pinned yet)"))
+    return EXIT_OK if out["serves"] else EXIT_DIFFERS
 
 
 async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> int:
@@ -109,8 +173,9 @@ async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> i
             ended = await session.run()
         except Refused as r:
             log.error(f"refused by the coordinator, not retrying: {r.code.name}: {r.details}",
-                      status=r.code.name, details=r.details)
-            return EXIT_OPERATOR
+                      status=r.code.name, details=r.details, exit_code=EXIT_REFUSED,
+                      hint="fix the cause, or start with --retry-refused to keep retrying with backoff")
+            return EXIT_REFUSED
         except ConfigError as e:
             log.error("configuration problem", problem=str(e))
             return EXIT_OPERATOR

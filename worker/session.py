@@ -590,7 +590,11 @@ class WorkerSession:
                 return "closed"
             for e in leaves:
                 if isinstance(e, grpc.aio.AioRpcError) and e.code() in PERMANENT_STATUS_CODES:
-                    raise Refused(e.code(), e.details() or "") from None
+                    if not self._config.retry_refused:
+                        raise Refused(e.code(), e.details() or "") from None
+                    self._log.warning("refused by the coordinator; retrying (retry_refused)",
+                                      status=e.code().name, details=e.details() or "")
+                    return "failed"
             self._log.warning("stream ended", stream=s.number, welcomed=welcomed,
                               cause="; ".join(dict.fromkeys(_describe(e) for e in leaves)))
         finally:

@@ -137,11 +137,19 @@ class Cluster:
     def admin(self) -> Admin:
         return Admin(self.address, (self.data_dir / "admin.token").read_text().strip())
 
-    def submit(self, spec: dict, policy: dict | None = None) -> str:
+    def submit(self, spec: dict, policy: dict | None = None, *, bench_root: Path | None = None) -> str:
+        """Freeze a run; with `bench_root`, with the submitter's manifest measured there, as
+        `fleetctl submit --bench-root` does."""
         admin = self.admin()
         try:
-            resp = admin.call("SubmitRun", admin_pb2.SubmitRunRequest(
-                spec_json=json.dumps(spec), policy_json=json.dumps(policy or FAST_POLICY)))
+            spec_json, policy_json = json.dumps(spec), json.dumps(policy or FAST_POLICY)
+            if bench_root is None:
+                req = admin_pb2.SubmitRunRequest(spec_json=spec_json, policy_json=policy_json)
+            else:
+                from tools.submission import submit_request
+
+                req = submit_request(spec_json, policy_json, bench_root)
+            resp = admin.call("SubmitRun", req)
             return resp.run_id
         finally:
             admin.close()

@@ -45,8 +45,8 @@ def worker_metadata(token: str | None, worker_id: str | None) -> tuple[tuple[str
 def hello(worker_id: str, *, incarnation: int = 1, slots: int = 1, environment_id: str = ENVIRONMENT_ID,
           seq: int = 1, **extra: Any) -> coordinator_pb2.WorkerFrame:
     fields = dict(worker_id=worker_id, incarnation=incarnation, slots=slots, cpu_millis=4_000, memory_mb=4_096,
-                  environment=[coordinator_pb2.EnvironmentComponent(key="rawclient", value=environment_id)],
-                  environment_id=environment_id, protocol_version=1, software_version="rawclient")
+                  environment=[common_pb2.EnvironmentComponent(key="rawclient", value=environment_id)],
+                  environment_id=environment_id, protocol_version=3, software_version="rawclient")
     fields.update(extra)
     return coordinator_pb2.WorkerFrame(seq=seq, hello=coordinator_pb2.Hello(**fields))
 
@@ -84,6 +84,11 @@ class RawSession:
     others: list = field(default_factory=list)  # frames that were neither acks nor pushes
     _acks: dict = field(default_factory=dict)  # seq -> Ack not yet taken
     welcome: Any = None
+    # Offers are answered at once with these values (key -> value; a key not here is
+    # answered "" — what a run submitted without a manifest never asks for), unless off.
+    auto_measure: bool = True
+    measurements: dict = field(default_factory=dict)
+    measured_seqs: list = field(default_factory=list)  # seqs of the automatic answers
 
     def __post_init__(self) -> None:
         self._channel = channel(self.address)
@@ -139,6 +144,11 @@ class RawSession:
             self._acks[item.ack.seq] = item.ack
         elif kind == "welcome":
             self.welcome = item.welcome
+        elif kind == "run_offer" and self.auto_measure:
+            offer = item.run_offer
+            self.measured_seqs.append(self.send_body(run_environment=coordinator_pb2.RunEnvironment(
+                run_id=offer.run_id, components=[common_pb2.EnvironmentComponent(
+                    key=k, value=self.measurements.get(k, "")) for k in offer.keys])))
         else:
             self.others.append(item)
         return item

@@ -14,7 +14,7 @@ import pytest
 from common import limits
 from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
 from tests.integration import rawclient as rc
-from tests.integration.harness import Cluster, intbench_spec
+from tests.integration.harness import INTBENCH, Cluster, intbench_spec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -85,10 +85,14 @@ def submit(cl: Cluster, groups: int = GROUPS, policy: dict | None = None) -> str
 
 
 def snapshot(cl: Cluster, *run_ids: str) -> dict:
-    """What `fleetctl status` and `fleetctl results` show, minus the one clock-driven field."""
+    """What `fleetctl status` and `fleetctl results` show, minus the clock-driven fields."""
     status = cl.status()
     for w in status["workers"]:
         w.pop("last_heartbeat_age_ms")
+        if w["refusal"]:
+            w["refusal"].pop("age_ms")
+    for r in status["runs"]:
+        r["environment"].pop("pinned_age_ms")
     return {"status": status, "results": {r: cl.results(r) for r in run_ids}}
 
 
@@ -508,29 +512,53 @@ def test_admin_call_without_the_admin_token(cluster, sessions, which, code, name
 
 # ---- admission ---------------------------------------------------------------------------------
 
-def test_environment_mismatch_is_refused_before_any_push(cluster, sessions):
-    required = "env-required"
-    run_id = submit(cluster, policy=dict(SLOW_POLICY, requiredEnvironmentId=required))
-    before = snapshot(cluster, run_id)
+def test_a_worker_whose_files_differ_from_the_submitters_is_refused_before_any_push(cluster, sessions):
+    from worker.identity import measure_keys
+
+    run_id = cluster.submit(intbench_spec(GROUPS), SLOW_POLICY, bench_root=INTBENCH)
+    before = snapshot(cluster, run_id)["results"]
     s = raw(cluster, sessions, enroll_token(cluster), "w-env")
-    s.send(rc.hello("w-env", environment_id="env-other"))
-    frames = assert_aborted(s, grpc.StatusCode.FAILED_PRECONDITION, "ENVIRONMENT_MISMATCH")
-    assert frames == [], f"a refused worker got frames before the refusal: {frames}"
-    assert_unchanged(cluster, before, run_id)
-    # The same worker id, its environment fixed, enrolls and is served.
-    assert_serves(cluster, sessions, run_id, worker_id="w-env", environment_id=required)
+    s.measurements = {"bench.file:subject.sh": "0" * 64}  # another build of the subject
+    s.open(rc.hello("w-env"))
+    frames = s.quiet(1.0)
+    refused = [f.run_refused for f in frames if f.WhichOneof("body") == "run_refused"]
+    assert refused and refused[0].run_id == run_id, frames
+    assert "bench.file:subject.sh" in [d.key for d in refused[0].differences]
+    assert s.pushes == [], "a refused worker gets no work"
+    assert snapshot(cluster, run_id)["results"] == before
+    status = {w["worker_id"]: w for w in cluster.status()["workers"]}
+    assert status["w-env"]["refusal"]["run_id"] == run_id and status["w-env"]["status"] == "active"
+    # A worker that measures what the submitter measured is served.
+    good = raw(cluster, sessions, enroll_token(cluster), "w-good")
+    offered = None
+    good.auto_measure = False
+    good.open(rc.hello("w-good"))
+    while offered is None:
+        frame = good.recv(waiting_for="the run offer")
+        if frame.WhichOneof("body") == "run_offer":
+            offered = frame.run_offer
+    measured = measure_keys(offered.keys, INTBENCH)
+    ack = good.ack(good.send_body(run_environment=coordinator_pb2.RunEnvironment(
+        run_id=run_id, components=[common_pb2.EnvironmentComponent(key=k, value=v) for k, v in measured.items()])))
+    assert ack.outcome == ACCEPTED, ack
+    push = good.push(1)[0]
+    report_all(good, push)
 
 
-def test_worker_not_matching_the_environment_pinned_by_the_first_one(cluster, sessions):
+def test_a_worker_of_another_build_than_the_pinned_one_is_refused_by_the_run(cluster, sessions):
     run_id = submit(cluster)
     first = worker(cluster, sessions, "w-first", environment_id="env-a")
-    before = snapshot(cluster, run_id)
+    before = snapshot(cluster, run_id)["results"]
     s = raw(cluster, sessions, enroll_token(cluster), "w-second")
-    s.send(rc.hello("w-second", environment_id="env-b"))
-    assert assert_aborted(s, grpc.StatusCode.FAILED_PRECONDITION, "ENVIRONMENT_MISMATCH") == []
-    assert_unchanged(cluster, before, run_id)
+    s.open(rc.hello("w-second", environment_id="env-b"))
+    frames = s.quiet(1.0)
+    refused = [f.run_refused for f in frames if f.WhichOneof("body") == "run_refused"]
+    assert refused and "pinned by worker w-first" in refused[0].reason, frames
+    assert ("rawclient", "env-a", "env-b") in [(d.key, d.run_value, d.worker_value) for d in refused[0].differences]
+    assert s.pushes == []
+    assert snapshot(cluster, run_id)["results"] == before
     report_all(first, first.pushes[0])
-    assert_serves(cluster, sessions, run_id, worker_id="w-second", environment_id="env-a")
+    assert_serves(cluster, sessions, run_id, worker_id="w-third", environment_id="env-a")
 
 
 @pytest.mark.parametrize("hello_kw, name", [

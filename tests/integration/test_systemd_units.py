@@ -163,8 +163,14 @@ def test_each_unit_notifies_restarts_and_is_hardened(name: str) -> None:
                       ("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("PrivateTmp", "yes"),
                       ("ProtectHome", "yes"), ("ProtectKernelTunables", "yes"), ("LockPersonality", "yes"),
                       ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"), ("CapabilityBoundingSet", ""),
-                      ("RestartPreventExitStatus", "2")):
+                      ):
         assert one.get(key) == want, f"{name}: {key}={one.get(key)!r}, want {want!r}"
+    # Exit codes restarting cannot fix: a bad configuration (2) and, for a worker, a
+    # permanent refusal by the coordinator (77, worker/main.py EXIT_REFUSED).
+    from worker.main import EXIT_OPERATOR, EXIT_REFUSED
+
+    want_codes = {str(EXIT_OPERATOR)} | ({str(EXIT_REFUSED)} if name.startswith("fleet-worker") else set())
+    assert set(one.get("RestartPreventExitStatus", "").split()) == want_codes, name
     assert re.fullmatch(r"\d+(s|min)", one["WatchdogSec"]), one["WatchdogSec"]
     assert one["StateDirectory"].startswith("fleet")
     assert "ReadWritePaths" not in s, "only the state dir is writable"

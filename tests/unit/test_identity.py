@@ -155,3 +155,80 @@ def test_describe_prints_the_manifest_and_its_id(bench: Path) -> None:
     shown = json.loads(describe(command_spec(), bench))
     assert shown["environmentId"] == environment_id(shown["manifest"])
     assert shown["manifest"] == compute_manifest(command_spec(), bench)
+
+
+# ---- what a run uses: the submitter's reference and a worker's measurement ------------------
+
+def test_a_worker_measures_exactly_what_the_submitter_measured_on_an_equal_copy(bench: Path, tmp_path: Path) -> None:
+    from worker.identity import measure_keys, run_manifest
+
+    reference, worker_keys = run_manifest(command_spec(), bench)
+    assert "bench.file:subjects/solve.py" in reference and "bench.taskdir:tasks/add" in reference
+    assert set(worker_keys) == {"tool:python3", f"tool:{sys.executable}"}, "tools are measured by workers"
+    assert not any(k.startswith(("python.version", "platform.", "fleet.")) for k in reference)
+    copy = tmp_path / "copy"
+    shutil.copytree(bench, copy)
+    (copy / "unrelated.log").write_text("a file the run never reads")
+    (copy / "cache").mkdir()
+    (copy / "cache" / "x").write_text("a tool's cache")
+    assert measure_keys(reference, copy) == reference, "a copy with extra files measures the same"
+    (copy / "subjects" / "solve.py").write_text("# another build\n")
+    assert measure_keys(reference, copy)["bench.file:subjects/solve.py"] != reference["bench.file:subjects/solve.py"]
+
+
+def test_measure_keys_never_reads_outside_the_bench_root_and_answers_unknown_kinds(bench: Path) -> None:
+    from worker.identity import MISSING, UNKNOWN_KEY, measure_keys
+
+    (bench.parent / "secret.txt").write_text("outside")
+    got = measure_keys(["bench.file:../secret.txt", "bench.file:/etc/hostname", "bench.taskdir:../",
+                        "image.sha256:x", "tool:no-such-tool-here"], bench)
+    assert got == {"bench.file:../secret.txt": MISSING, "bench.file:/etc/hostname": MISSING,
+                   "bench.taskdir:../": MISSING, "image.sha256:x": UNKNOWN_KEY, "tool:no-such-tool-here": MISSING}
+
+
+@pytest.mark.parametrize("ignore_file", [".fleetignore", ".gitignore"])
+def test_ignore_rules_keep_results_and_caches_out_of_a_task_dir(bench: Path, ignore_file: str) -> None:
+    from worker.identity import run_manifest
+
+    (bench / ignore_file).write_text("# results and caches are not the benchmark\nresults/\n*.log\n!keep.log\n")
+    before, _ = run_manifest(command_spec(), bench)
+    task = bench / "tasks" / "add"
+    (task / "results").mkdir()
+    (task / "results" / "r1.json").write_text("{}")
+    (task / "trace.log").write_text("noise")
+    after, _ = run_manifest(command_spec(), bench)
+    assert after == before, "ignored files do not change a task dir's digest"
+    (task / "keep.log").write_text("re-included by a negation")
+    assert run_manifest(command_spec(), bench)[0]["bench.taskdir:tasks/add"] != before["bench.taskdir:tasks/add"]
+
+
+def test_a_nested_gitignore_applies_below_its_own_directory(bench: Path) -> None:
+    from worker.identity import run_manifest
+
+    (bench / "tasks" / "add" / ".gitignore").write_text("scratch\n")
+    before, _ = run_manifest(command_spec(), bench)
+    (bench / "tasks" / "add" / "scratch").write_text("x")
+    assert run_manifest(command_spec(), bench)[0] == before
+    (bench / "tasks" / "answer42" / "scratch").write_text("x")  # not below that .gitignore
+    assert run_manifest(command_spec(), bench)[0]["bench.taskdir:tasks/answer42"] != \
+        before["bench.taskdir:tasks/answer42"]
+
+
+def test_an_ignored_file_an_argument_names_is_not_part_of_the_reference(bench: Path) -> None:
+    from worker.identity import run_manifest
+
+    spec = command_spec()
+    spec["subjects"][0]["args"] = ["{{bench_root}}/subjects/solve.py", "right", "{{bench_root}}/run.log"]
+    (bench / "run.log").write_text("appended to by every run")
+    assert "bench.file:run.log" in run_manifest(spec, bench)[0]
+    (bench / ".fleetignore").write_text("run.log\n")
+    assert "bench.file:run.log" not in run_manifest(spec, bench)[0]
+
+
+def test_the_hello_no_longer_digests_the_whole_bench_root(bench: Path) -> None:
+    from worker.identity import worker_identity
+
+    manifest, env = worker_identity(bench)
+    assert not any(k.startswith("bench.") for k in manifest)
+    (bench / "new-log-file.txt").write_text("grows")
+    assert worker_identity(bench) == (manifest, env)

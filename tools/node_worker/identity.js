@@ -1,10 +1,12 @@
 // The worker's environment identity: what is installed here, measured, and its digest.
 //
-// Every entry is measured on this machine, never echoed from configuration. The bench
-// entries (`bench.tree`, `bench.revision`) are computed exactly as worker/identity.py does,
-// so a Python and a Node worker over the same bench root agree on them; the runtime entries
-// (`node.*`, `node_worker.source`, `grpc_js.version`) are this implementation's own, which is
-// why the two ids differ today (see docs/other-languages.md, "The identity rule").
+// Every entry is measured on this machine, never echoed from configuration. The Hello carries
+// the runtime entries (`node.*`, `node_worker.source`, `grpc_js.version`, `platform.*`); a run
+// offered to this worker names the keys to measure (`measureKeys`), computed exactly as
+// worker/identity.py measure_keys does: `bench.file:` a file's sha256, `bench.taskdir:` a
+// tree digest, `tool:` the sha256 of the file a command resolves to. Known gap: task dirs are
+// digested without .fleetignore/.gitignore rules, so a task dir holding ignored files
+// measures differently and the run refuses this worker (never the other way round).
 'use strict';
 
 const crypto = require('node:crypto');
@@ -74,21 +76,66 @@ function identity(benchRoot) {
     'platform.machine': os.machine(),
     'node_worker.source': source.digest('hex'),
     'grpc_js.version': require('@grpc/grpc-js/package.json').version,
-    'bench.tree': treeDigest(benchRoot),
   };
-  const rev = gitRevision(benchRoot);
-  if (rev) m['bench.revision'] = rev;
   const manifest = Object.fromEntries(Object.entries(m).sort(([a], [b]) => (a < b ? -1 : 1)));
   return { manifest, environmentId: environmentId(manifest) };
 }
 
-/** The cell environment (common/identity.py): bench.tree, platform.*, tool:*, image.*, harbor.*,
- * digested the same way, "cenv-" + 16 hex: what a run with environmentMatch "cell" compares. */
-const CELL_PREFIXES = ['bench.tree', 'platform.', 'tool:', 'image.', 'harbor.'];
+/** The cell environment (common/identity.py): platform.*, tool:*, image.*, harbor.*, digested
+ * the same way, "cenv-" + 16 hex: what a run with environmentMatch "cell" pins. */
+const CELL_PREFIXES = ['platform.', 'tool:', 'image.', 'harbor.'];
+
+const MISSING = 'missing';
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** `root/rel` when it stays inside the root, else null (worker/identity.py _inside). */
+function inside(root, rel, resolve) {
+  if (!rel || path.isAbsolute(rel)) return null;
+  let p = path.join(root, rel);
+  let base = root;
+  if (resolve) {
+    try { p = fs.realpathSync(p); base = fs.realpathSync(root); } catch { return resolve ? null : p; }
+  }
+  return p !== base && p.startsWith(base + path.sep) ? p : null;
+}
+
+function which(cmd, searchPath) {
+  const candidates = cmd.includes('/') ? [cmd] : searchPath.split(':').filter(Boolean).map((d) => path.join(d, cmd));
+  for (const c of candidates) {
+    try {
+      const st = fs.statSync(c);
+      if (st.isFile()) { fs.accessSync(c, fs.constants.X_OK); return fs.realpathSync(c); }
+    } catch { /* not this one */ }
+  }
+  return '';
+}
+
+/** This worker's measurement of the keys a run offers (worker/identity.py measure_keys). */
+function measureKeys(keys, benchRoot) {
+  const root = path.resolve(benchRoot);
+  const out = {};
+  for (const key of keys) {
+    const i = key.indexOf(':');
+    const kind = i < 0 ? key : key.slice(0, i), name = i < 0 ? '' : key.slice(i + 1);
+    if (kind === 'bench.file') {
+      const p = inside(root, name, true);
+      out[key] = p && fs.statSync(p, { throwIfNoEntry: false })?.isFile() ? sha256(fs.readFileSync(p)) : MISSING;
+    } else if (kind === 'bench.taskdir') {
+      const p = inside(root, name, false);
+      out[key] = p && fs.statSync(p, { throwIfNoEntry: false })?.isDirectory() ? treeDigest(p) : MISSING;
+    } else if (kind === 'tool') {
+      const t = which(name, DEFAULT_PATH);
+      out[key] = t ? sha256(fs.readFileSync(t)) : MISSING;
+    } else {
+      out[key] = 'unknown key';
+    }
+  }
+  return out;
+}
 function cellEnvironmentId(manifest) {
   const keys = Object.keys(manifest).filter((k) => CELL_PREFIXES.some((p) => k.startsWith(p))).sort();
   const cell = Object.fromEntries(keys.map((k) => [k, manifest[k]]));
   return 'cenv-' + sha256(JSON.stringify(cell)).slice(0, 16);
 }
 
-module.exports = { identity, treeDigest, environmentId, cellEnvironmentId };
+module.exports = { identity, treeDigest, environmentId, cellEnvironmentId, measureKeys, gitRevision };

@@ -37,7 +37,7 @@ const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const { identity, cellEnvironmentId } = require('./identity');
+const { identity, cellEnvironmentId, measureKeys } = require('./identity');
 const { runCell, expectedStatus, oneLine, E, V, ID_CHARS_MAX } = require('./executor');
 
 // common/limits.py and worker/config.py
@@ -51,7 +51,7 @@ const GOODBYE_ACK_TIMEOUT_MS = 2000;
 const DELIVERIES_IN_FLIGHT_MAX = 16;
 const REPORT_SENDS_MAX = 3;
 const UPLOAD_RESTARTS_MAX = 3;
-const PROTOCOL_VERSION = 2; // 2: understands AckBatch
+const PROTOCOL_VERSION = 3; // 2: understands AckBatch; 3: measures a run's keys when offered it
 const EXIT_OK = 0, EXIT_FAILURE = 1, EXIT_OPERATOR = 2;
 const PERMANENT = new Set([grpc.status.UNAUTHENTICATED, grpc.status.PERMISSION_DENIED,
   grpc.status.FAILED_PRECONDITION]);
@@ -284,6 +284,16 @@ class Worker {
       case 'assignment': this.onPush(frame.assignment); break;
       case 'revoke': this.onRevoke(frame.revoke); break;
       case 'run_state': log('info', 'run state', frame.run_state); break;
+      case 'run_offer': { // measure what the run names from this bench root; the coordinator compares
+        const measured = measureKeys(frame.run_offer.keys, this.cfg.benchRoot);
+        s.send('run_environment', { run_id: frame.run_offer.run_id,
+          components: Object.entries(measured).map(([key, value]) => ({ key, value })) }).catch(() => {});
+        break;
+      }
+      case 'run_refused':
+        log('warning', 'this worker may not serve a run', { run: frame.run_refused.run_id,
+          reason: frame.run_refused.reason, differences: frame.run_refused.differences.slice(0, 20) });
+        break;
       case 'upload_status': break;
       case 'drain': // an operator's `fleetctl drain`: exactly as on SIGTERM
         log('info', 'drain requested by the coordinator', { reason: frame.drain.reason });

@@ -246,18 +246,19 @@ def test_seq_that_skips_is_out_of_order_and_the_expected_seq_still_works(cluster
     s = worker(cluster, sessions, "w1")
     push = s.pushes[0]
     before = snapshot(cluster, run_id)
-    frame = coordinator_pb2.WorkerFrame(seq=3, cell_report=coordinator_pb2.CellReport(
+    expected = s.seq + 1  # the hello and the run measurement took the first seqs
+    frame = coordinator_pb2.WorkerFrame(seq=expected + 1, cell_report=coordinator_pb2.CellReport(
         run_id=run_id, attempt_id=push.cells[0].attempt_id, assignment_id=push.assignment_id,
         generation=push.generation, report=rc.good_report()))
     s.send(frame)
-    assert_rejected(s.ack(3), "OUT_OF_ORDER", 3)
+    assert_rejected(s.ack(expected + 1), "OUT_OF_ORDER", expected + 1)
     assert_unchanged(cluster, before, run_id)
-    s.seq = 1  # the coordinator still expects 2
+    s.seq = expected - 1  # the coordinator still expects `expected`
     assert s.ack(s.report(push, 0)).outcome == ACCEPTED
     # A resend of an already used seq is out of order too.
-    s.send(frame.__class__(seq=2, cell_report=frame.cell_report))
-    assert_rejected(s.ack(2), "OUT_OF_ORDER", 2)
-    s.seq = 2
+    s.send(frame.__class__(seq=expected, cell_report=frame.cell_report))
+    assert_rejected(s.ack(expected), "OUT_OF_ORDER", expected)
+    s.seq = expected
     assert s.ack(s.report(push, 1)).outcome == ACCEPTED
     assert_serves(cluster, sessions, run_id)
 
@@ -516,7 +517,7 @@ def test_a_worker_whose_files_differ_from_the_submitters_is_refused_before_any_p
     from worker.identity import measure_keys
 
     run_id = cluster.submit(intbench_spec(GROUPS), SLOW_POLICY, bench_root=INTBENCH)
-    before = snapshot(cluster, run_id)["results"]
+    before = snapshot(cluster, run_id)["results"][run_id]["cells"]  # a new worker adds slots offered
     s = raw(cluster, sessions, enroll_token(cluster), "w-env")
     s.measurements = {"bench.file:subject.sh": "0" * 64}  # another build of the subject
     s.open(rc.hello("w-env"))
@@ -525,7 +526,7 @@ def test_a_worker_whose_files_differ_from_the_submitters_is_refused_before_any_p
     assert refused and refused[0].run_id == run_id, frames
     assert "bench.file:subject.sh" in [d.key for d in refused[0].differences]
     assert s.pushes == [], "a refused worker gets no work"
-    assert snapshot(cluster, run_id)["results"] == before
+    assert snapshot(cluster, run_id)["results"][run_id]["cells"] == before
     status = {w["worker_id"]: w for w in cluster.status()["workers"]}
     assert status["w-env"]["refusal"]["run_id"] == run_id and status["w-env"]["status"] == "active"
     # A worker that measures what the submitter measured is served.
@@ -548,7 +549,7 @@ def test_a_worker_whose_files_differ_from_the_submitters_is_refused_before_any_p
 def test_a_worker_of_another_build_than_the_pinned_one_is_refused_by_the_run(cluster, sessions):
     run_id = submit(cluster)
     first = worker(cluster, sessions, "w-first", environment_id="env-a")
-    before = snapshot(cluster, run_id)["results"]
+    before = snapshot(cluster, run_id)["results"][run_id]["cells"]
     s = raw(cluster, sessions, enroll_token(cluster), "w-second")
     s.open(rc.hello("w-second", environment_id="env-b"))
     frames = s.quiet(1.0)
@@ -556,7 +557,7 @@ def test_a_worker_of_another_build_than_the_pinned_one_is_refused_by_the_run(clu
     assert refused and "pinned by worker w-first" in refused[0].reason, frames
     assert ("rawclient", "env-a", "env-b") in [(d.key, d.run_value, d.worker_value) for d in refused[0].differences]
     assert s.pushes == []
-    assert snapshot(cluster, run_id)["results"] == before
+    assert snapshot(cluster, run_id)["results"][run_id]["cells"] == before
     report_all(first, first.pushes[0])
     assert_serves(cluster, sessions, run_id, worker_id="w-third", environment_id="env-a")
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.fleetpb import admin_pb2
-from tools.fleetctl import Admin, results_json, status_json
+from tools.fleetctl.client import Admin
+from tools.fleetctl.views import results_json, status_json
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable

@@ -13,19 +13,19 @@ from types import SimpleNamespace
 import pytest
 
 from common.fleetpb import admin_pb2, common_pb2
-from tools import fleetctl
-from tools.report import (
+from tools.fleetctl import cli, client, views
+from tools.fleetctl.commands import report as report_command
+from tools.fleetctl.report_page import (
     AttemptsFileError,
     build_bars,
     layout,
     load_attempts,
-    main_report,
     merge_timeline,
     pack_lanes,
     render_html,
     timeline_from_results,
 )
-from tools.stats import subject_stats
+from tools.fleetctl.stats import subject_stats
 
 T0 = 1_700_000_000_000
 
@@ -343,12 +343,12 @@ def test_fleetctl_report_reads_times_only_when_present_and_writes_the_page(tmp_p
                                          workers=[admin_pb2.WorkerStatus(worker_id="w1", slots=2)])
     admin = FakeAdmin(proto_results(), status)
     out = tmp_path / "page.html"
-    args = fleetctl.build_parser().parse_args(["report", "run-x", "--html", str(out)])
+    args = cli.build_parser().parse_args(["report", "run-x", "--html", str(out)])
     assert (args.cmd, args.run, args.html, args.attempts) == ("report", "run-x", out, None)
-    assert main_report(admin, args) == 0
+    assert report_command.run(admin, args) == 0
     assert [name for name, _ in admin.calls] == ["GetResults", "GetStatus", "ListAttempts"]
     assert all(req.run_id == "run-x" for _, req in admin.calls)
-    results = fleetctl.results_json(proto_results())
+    results = views.results_json(proto_results())
     assert [(c["started_ms"], c["finished_ms"]) for c in results["cells"]] == [(T0, T0 + 800), (None, None),
                                                                                 (None, None)]
     page = Page(out.read_text())
@@ -365,8 +365,8 @@ def test_fleetctl_report_draws_an_attempts_file_and_refuses_a_bad_one(tmp_path: 
                                      "attempt_id": "run-x:t0/r1/a:a0", "dispatch_order": 3}]))
     out = tmp_path / "page.html"
     args = SimpleNamespace(run="run-x", html=out, attempts=attempts)
-    assert main_report(FakeAdmin(proto_results(), status), args) == 0
+    assert report_command.run(FakeAdmin(proto_results(), status), args) == 0
     assert Page(out.read_text()).by_id["extra-attempts"]["data-late"] == "1"
     attempts.write_text("{}")
-    with pytest.raises(fleetctl.CtlError, match="list of attempts"):
-        main_report(FakeAdmin(proto_results(), status), args)
+    with pytest.raises(client.CtlError, match="list of attempts"):
+        report_command.run(FakeAdmin(proto_results(), status), args)

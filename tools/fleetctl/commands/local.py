@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from common.fleetpb import admin_pb2
+from tools.fleetctl.client import Admin, CtlError
+from tools.fleetctl.compat import local_args
+from tools.fleetctl.submission import SubmissionError, submit_request
+from tools.fleetctl.views import print_results, results_json, status_json
 
 POLL_S = 0.5
 PLAIN_EVERY_S = 2.0
@@ -133,8 +137,6 @@ class Progress:
 
 def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, bench_root: Path | None,
               policy_path: Path | None, *, printer: Any = None) -> int:
-    from tools.fleetctl import Admin, CtlError, print_results
-
     spec_path = spec_path.resolve()
     try:
         spec_text = spec_path.read_text()
@@ -149,8 +151,6 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
     try:
         local.start()
         admin = Admin(local.address, (local.data / "coordinator" / "admin.token").read_text().strip())
-        from tools.submission import SubmissionError, submit_request
-
         try:
             req = submit_request(spec_text, policy_text, local.bench_root)
         except SubmissionError as e:
@@ -174,8 +174,6 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
 def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
     """Poll the run's status (counts only, cheap for the coordinator) until it settles; then
     fetch the results once."""
-    from tools.fleetctl import results_json, status_json
-
     def poll() -> tuple[dict, dict]:
         status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
         return status["runs"][0], status
@@ -233,3 +231,15 @@ def _panel(line: str, run: dict, status: dict) -> Any:
     for w in status["workers"]:
         table.add_row(w["worker_id"], f"{'█' * w['busy_slots']}{'·' * (w['slots'] - w['busy_slots'])} {w['status']}")
     return table
+
+
+def run(args: Any) -> int:
+    """`fleetctl local SPEC --workers N [--slots S] [--data-dir D] [--bench-root B] [--policy P]`."""
+    if args.workers < 1 or args.slots < 1:
+        raise CtlError("--workers and --slots must be at least 1")
+    # A single-host evaluator spec runs as its fleet conversion.
+    args.spec, args.bench_root, args.policy = local_args(args.spec, args.data_dir, args.bench_root, args.policy)
+    try:
+        return run_local(args.spec, args.workers, args.slots, args.data_dir, args.bench_root, args.policy)
+    except RuntimeError as e:
+        raise CtlError(str(e)) from None

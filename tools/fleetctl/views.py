@@ -1,0 +1,139 @@
+"""A run's results and the coordinator's status as plain dicts (the JSON of `--json`, also
+what `fleetctl local` and the HTML report read), and their text tables."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from tools.fleetctl.names import RUN_STATE_NAMES, STATUS_NAMES, USAGE_NAMES
+from tools.fleetctl.stats import fmt, paired_differences, subject_stats
+
+
+def results_json(resp: Any) -> dict:
+    cells = []
+    for cell in resp.cells:
+        cells.append({
+            "cell_id": cell.cell_id, "task": cell.task_id, "repetition": cell.repetition, "subject": cell.subject_id,
+            "state": cell.state, "score": cell.score if cell.HasField("score") else None,
+            "status": STATUS_NAMES.get(cell.status, "unspecified") if cell.state == "selected" else None,
+            "attempt_id": cell.attempt_id or None, "worker_id": cell.worker_id or None,
+            "assignment_id": cell.assignment_id or None, "generation": cell.generation or None,
+            "dispatch_order": cell.dispatch_order or None, "attempts": cell.attempts,
+            "cost_usd": cell.cost_usd if cell.HasField("cost_usd") else None,
+            "usage": USAGE_NAMES.get(cell.usage) if cell.state == "selected" else None,
+            "incomplete_reason": cell.incomplete_reason or None,
+            "incomplete_detail": cell.incomplete_detail or None,
+            "started_ms": cell.started_ms if cell.HasField("started_ms") else None,
+            "finished_ms": cell.finished_ms if cell.HasField("finished_ms") else None,
+            "artifacts": [{"name": a.name, "digest": a.digest, "size_bytes": a.size_bytes} for a in cell.artifacts],
+        })
+    s = resp.summary
+    return {"cells": cells, "summary": {
+        "selected": s.selected, "incomplete": s.incomplete, "observed_cost_usd": s.observed_cost_usd,
+        "usage_complete": s.usage_complete, "state": RUN_STATE_NAMES.get(s.state, "unspecified"),
+        "blocked_reason": s.blocked_reason, "peak_concurrent_groups": s.peak_concurrent_groups,
+        "slots_offered": s.slots_offered, "late_reports": s.late_reports,
+        "selected_cost_usd": s.selected_cost_usd}}
+
+
+def status_json(resp: Any) -> dict:
+    return {
+        "runs": [{"run_id": r.run_id, "state": RUN_STATE_NAMES.get(r.state), "blocked_reason": r.blocked_reason,
+                  "cells_total": r.cells_total, "cells_selected": r.cells_selected,
+                  "cells_incomplete": r.cells_incomplete, "cells_running": r.cells_running,
+                  "cells_exhausted": r.cells_exhausted, "retries": r.retries,
+                  "groups": {g.state: g.count for g in r.group_counts},
+                  "peak_concurrent_groups": r.peak_concurrent_groups, "slots_offered": r.slots_offered,
+                  "max_concurrent_groups": r.max_concurrent_groups} for r in resp.runs],
+        "workers": [{"worker_id": w.worker_id, "status": w.status, "incarnation": w.incarnation, "slots": w.slots,
+                     "busy_slots": w.busy_slots, "last_heartbeat_age_ms": w.last_heartbeat_age_ms,
+                     "environment_id": w.environment_id} for w in resp.workers],
+        "dead_letters": [{"worker_id": d.worker_id, "attempt_id": d.attempt_id, "reason": d.reason}
+                         for d in resp.dead_letters],
+    }
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
+
+
+def print_status(data: dict) -> None:
+    for r in data["runs"]:
+        g = r["groups"]
+        print(f"run {r['run_id']}: {r['state']}"
+              + (f" (blocked: {r['blocked_reason']} — repair with: fleetctl repair {r['run_id']} "
+                 f"{json.dumps(r['blocked_reason'])})" if r["blocked_reason"] else ""))
+        print(f"  cells {r['cells_selected']}/{r['cells_total']} selected, {r['cells_running']} running, "
+              f"{r['cells_incomplete']} incomplete; groups waiting {g.get('waiting', 0)}, "
+              f"assigned {g.get('assigned', 0)}, settled {g.get('settled', 0)}; "
+              f"peak {r['peak_concurrent_groups']} groups at once (cap {r['max_concurrent_groups']}, "
+              f"{r['slots_offered']} slots offered)")
+    if data["workers"]:
+        print(table([[w["worker_id"], w["status"], w["incarnation"], f"{w['busy_slots']}/{w['slots']}",
+                      f"{w['last_heartbeat_age_ms'] / 1000:.1f}s", w["environment_id"]] for w in data["workers"]],
+                    ["worker", "status", "incarnation", "busy", "last heard", "environment"]))
+    else:
+        print("no workers registered")
+    for d in data["dead_letters"]:
+        print(f"dead letter: worker {d['worker_id']} attempt {d['attempt_id']}: {d['reason']}")
+
+
+def print_results(data: dict) -> None:
+    print_cells(data)
+    stats = subject_stats(data["cells"])
+    print()
+    print(table([[s.subject, s.selected, s.incomplete, fmt(s.score), fmt(s.pass_rate, percent=True)] for s in stats],
+                ["subject", "selected", "incomplete", "mean score [95% CI, clustered by task]", "pass rate"]))
+    diffs = paired_differences(data["cells"])
+    if diffs:
+        print()
+        print(table([[f"{d.a} - {d.b}", d.difference.n, fmt(d.difference)] for d in diffs],
+                    ["paired difference", "pairs", "mean [95% CI]"]))
+    incomplete = [c for c in data["cells"] if c["state"] != "selected"]
+    if incomplete:
+        print("\nincomplete cells (not counted as zero):")
+        for c in incomplete:
+            print(f"  {c['cell_id']}: {c['incomplete_reason']} after {c['attempts']} attempts")
+    print_summary(data["summary"])
+
+
+def results_csv(data: dict) -> str:
+    out = io.StringIO()
+    fields = ["cell_id", "task", "repetition", "subject", "state", "score", "status", "attempts", "attempt_id",
+              "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason"]
+    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for cell in data["cells"]:
+        w.writerow(cell)
+    return out.getvalue()
+
+
+def with_stats(data: dict) -> dict:
+    data = dict(data)
+    data["subjects"] = [s.as_dict() for s in subject_stats(data["cells"])]
+    data["paired_differences"] = [d.as_dict() for d in paired_differences(data["cells"])]
+    return data
+
+
+def print_cells(data: dict) -> None:
+    rows = []
+    for cell in data["cells"]:
+        if cell["state"] == "selected":
+            rows.append([cell["cell_id"], f"{cell['score']:g}", cell["status"], cell["worker_id"],
+                         f"g{cell['generation']}", cell["attempts"],
+                         "" if cell["cost_usd"] is None else f"{cell['cost_usd']:.4f}"])
+        else:
+            rows.append([cell["cell_id"], "-", f"incomplete: {cell['incomplete_reason']}", "", "", cell["attempts"], ""])
+    print(table(rows, ["cell", "score", "status", "worker", "gen", "attempts", "cost_usd"]))
+
+
+def print_summary(s: dict) -> None:
+    print(f"\n{s['selected']} selected, {s['incomplete']} incomplete; run {s['state']}"
+          f"{' (blocked: ' + s['blocked_reason'] + ')' if s['blocked_reason'] else ''}; observed cost "
+          f"${s['observed_cost_usd']:.4f}{'' if s['usage_complete'] else ' (usage incomplete: the true cost is higher or unknown)'}"
+          f"; {s['late_reports']} late reports")

@@ -1,5 +1,5 @@
 """`fleetctl local` as a new user runs it, in a subprocess without a terminal: the example
-completes with exit 0 and plain progress lines, a second run resumes without re-executing
+completes with exit 0, plain progress lines and intervals inside its score range, a second run resumes without re-executing
 anything, Ctrl-C stops every process it started, and an exhausted budget exits non-zero."""
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ def test_the_example_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert "60 selected, 0 incomplete; run complete" in first.stdout
     assert "mean score [95% CI, clustered by task]" in first.stdout
     assert "paired difference" in first.stdout
+    # The example declares scoreRange [0, 1]: no subject's interval leaves it.
+    rows = [row for row in map(str.split, first.stdout.splitlines())
+            if row[:1] in (["reference"], ["sloppy"], ["flaky"]) and row[1].isdigit()]
+    assert len(rows) == 3, first.stdout
+    for row in rows:
+        mean, low, high = float(row[3]), float(row[4].strip("[,")), float(row[5].rstrip("]"))
+        assert 0.0 <= low <= mean <= high <= 1.0, row
+    assert "clipped to the score range [0, 1]" in first.stdout
     no_process_left(data)
     second = fleetctl_local(spec, data)
     assert second.returncode == 0, second.stderr[-2000:]

@@ -265,6 +265,21 @@ def test_the_score_table_shows_the_clustered_intervals_of_tools_stats() -> None:
     assert "paired" in page.by_id
 
 
+def test_with_a_declared_score_range_the_axis_and_every_interval_stay_inside_it() -> None:
+    # The README's `flaky`: nine tasks pass, one always fails; the t interval is [0.674, 1.126].
+    cells = [cell(f"t{i}", "flaky", start=i * 100, score=0.0 if i == 0 else 1.0, rep=r)
+             for i in range(10) for r in (1, 2)]
+    unbounded = render(cells)
+    assert float(unbounded.by_id["ci-method"]["data-axis-high"]) > 1.1, "no range declared: the axis follows t"
+    page = render(cells, score_range=[0.0, 1.0])
+    note = page.by_id["ci-method"]
+    assert (float(note["data-axis-low"]), float(note["data-axis-high"])) == (0.0, 1.0)
+    assert (note["data-score-method"], note["data-pass-method"]) == ("t_clustered_clipped", "wilson_clustered")
+    assert "[0.674, 1.000]" in page.raw and "1.126" not in page.raw
+    for line in page.with_class("line", "ci"):
+        assert 4 <= float(line["x1"]) <= float(line["x2"]) <= 220 - 4
+
+
 def test_cost_of_selected_results_against_everything_observed_and_usage_incomplete() -> None:
     cells = [cell("t0", "a", cost=0.25), cell("t1", "a", cost=None, start=10),
              cell("t2", "a", state="incomplete", reason="exhausted", attempts=2)]

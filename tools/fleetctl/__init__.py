@@ -1,7 +1,7 @@
 """`fleetctl`: the operator's command line over the coordinator's Admin API.
 
     fleetctl --coordinator HOST:PORT --token-file FILE submit SPEC.json [--policy P.json] [--bench-root DIR]
-    fleetctl ... status [RUN] [--json] | results RUN [--json] | watch [RUN]
+    fleetctl ... status [RUN] [--json] | results RUN [--json] [--ci t|bootstrap] | watch [RUN]
     fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
     fleetctl ... artifact get DIGEST [-o FILE]
     fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)

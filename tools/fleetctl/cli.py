@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tools.fleetctl.client import Admin, CtlError
 from tools.fleetctl.commands import actions, artifact, local, report, results, status, submit, watch
+from tools.fleetctl.stats import CI_METHODS
 
 COMMANDS = {"submit": submit, "status": status, "results": results, "watch": watch, "report": report,
             "artifact": artifact, **{name: actions for name in actions.NAMES}}
@@ -34,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--json", action="store_true")
     p.add_argument("--csv", action="store_true")
+    p.add_argument("--ci", choices=CI_METHODS, default="t",
+                   help="t: analytic intervals (default); bootstrap: a seeded cluster bootstrap over tasks, "
+                        "with the analytic interval shown too where they disagree")
     p = sub.add_parser("local", help="run a spec on a coordinator and N workers on this machine")
     p.add_argument("spec", type=Path)
     p.add_argument("--workers", type=int, default=3)

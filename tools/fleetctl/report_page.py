@@ -45,7 +45,7 @@ from typing import Any, Iterable
 
 from tools.fleetctl.client import CtlError
 from tools.fleetctl.names import STATUS_NAMES
-from tools.fleetctl.stats import Estimate, paired_differences, subject_stats
+from tools.fleetctl.stats import Estimate, describe, paired_differences, subject_stats
 from tools.fleetctl.views import results_json, status_json
 
 KINDS = ("selected", "retried", "late", "lost")
@@ -531,10 +531,15 @@ def _est_text(e: Estimate, percent: bool = False) -> str:
     return f"{text} <span class=\"ci-text\">[{f.format(e.low * k)}, {f.format(e.high * k)}]</span>"
 
 
-def render_scores(cells: list[dict]) -> tuple[str, int]:
-    stats = subject_stats(cells)
-    points = [v for s in stats for v in (s.score.mean, s.score.low, s.score.high) if v is not None]
-    lo, hi = min([0.0, *points]), max([1.0, *points])
+def render_scores(cells: list[dict], score_range: list[float] | None = None) -> tuple[str, int]:
+    """With a declared score range the axis is that range (every interval is inside it);
+    without one, it spans [0, 1] and whatever the intervals reach beyond."""
+    stats = subject_stats(cells, score_range)
+    if score_range is not None:
+        lo, hi = float(score_range[0]), float(score_range[1])
+    else:
+        points = [v for s in stats for v in (s.score.mean, s.score.low, s.score.high) if v is not None]
+        lo, hi = min([0.0, *points]), max([1.0, *points])
     rows = []
     for s in stats:
         rows.append(
@@ -546,9 +551,18 @@ def render_scores(cells: list[dict]) -> tuple[str, int]:
     table = ('<table id="scores" data-subjects="{}"><thead><tr><th>subject</th><th>selected</th><th>incomplete</th>'
              '<th>tasks</th><th>mean score [95% CI]</th><th>interval ({} to {})</th><th>pass rate [95% CI]</th></tr>'
              '</thead><tbody>{}</tbody></table>').format(len(stats), f"{lo:g}", f"{hi:g}", "".join(rows))
-    diffs = paired_differences(cells)
+    if stats:
+        table += (f'<p class="note" id="ci-method" data-score-method="{esc(stats[0].score.method)}" '
+                  f'data-pass-method="{esc(stats[0].pass_rate.method)}" data-axis-low="{lo!r}" data-axis-high="{hi!r}">'
+                  f'Intervals: mean score: {esc(describe(stats[0].score))}; pass rate: '
+                  f'{esc(describe(stats[0].pass_rate))}'
+                  + ("" if score_range is not None else "; the spec declares no benchmark.scoreRange") + '.</p>')
+    diffs = paired_differences(cells, score_range)
     if diffs:
-        bound = max([1e-9, *(abs(v) for d in diffs for v in (d.difference.mean, d.difference.low,
+        if score_range is not None:  # a difference of two in-range scores
+            bound = float(score_range[1]) - float(score_range[0])
+        else:
+            bound = max([1e-9, *(abs(v) for d in diffs for v in (d.difference.mean, d.difference.low,
                                                                   d.difference.high) if v is not None)])
         drows = "".join(
             f'<tr data-pair="{esc(d.a)}-{esc(d.b)}" data-pairs="{d.difference.n}"><td>{esc(d.a)} − {esc(d.b)}</td>'
@@ -684,7 +698,7 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
         subject_order.setdefault(c["subject"], len(subject_order))
     lanes = layout(timeline, status, subject_order)
     timeline_html, tstats = render_timeline(lanes, int(summary.get("late_reports") or 0))
-    scores_html, n_subjects = render_scores(cells)
+    scores_html, n_subjects = render_scores(cells, summary.get("score_range"))
     incomplete_html, n_incomplete = render_incomplete(cells)
     n_selected = sum(1 for c in cells if c["state"] == "selected")
     retried_cells = sum(1 for c in cells if (c.get("attempts") or 0) > 1)

@@ -8,7 +8,15 @@ import json
 from typing import Any
 
 from tools.fleetctl.names import RUN_STATE_NAMES, STATUS_NAMES, USAGE_NAMES
-from tools.fleetctl.stats import fmt, paired_differences, subject_stats
+from tools.fleetctl.stats import (
+    CI_METHODS,
+    DISAGREE_FRACTION,
+    describe,
+    disagree,
+    fmt,
+    paired_differences,
+    subject_stats,
+)
 
 
 def results_json(resp: Any) -> dict:
@@ -35,7 +43,8 @@ def results_json(resp: Any) -> dict:
         "usage_complete": s.usage_complete, "state": RUN_STATE_NAMES.get(s.state, "unspecified"),
         "blocked_reason": s.blocked_reason, "peak_concurrent_groups": s.peak_concurrent_groups,
         "slots_offered": s.slots_offered, "late_reports": s.late_reports,
-        "selected_cost_usd": s.selected_cost_usd}}
+        "selected_cost_usd": s.selected_cost_usd,
+        "score_range": [s.score_range_low, s.score_range_high] if s.HasField("score_range_low") else None}}
 
 
 def status_json(resp: Any) -> dict:
@@ -83,17 +92,39 @@ def print_status(data: dict) -> None:
         print(f"dead letter: worker {d['worker_id']} attempt {d['attempt_id']}: {d['reason']}")
 
 
-def print_results(data: dict) -> None:
+def print_results(data: dict, ci: str = "t") -> None:
+    """The cells, then per subject the mean score and pass rate with 95% intervals (`ci`: "t",
+    the analytic intervals, or "bootstrap", the seeded cluster bootstrap, with the analytic
+    interval beside it wherever the two disagree), paired differences, incomplete cells."""
+    assert ci in CI_METHODS, ci
     print_cells(data)
-    stats = subject_stats(data["cells"])
+    score_range = data["summary"].get("score_range")
+    boot = ci == "bootstrap"
+    stats = subject_stats(data["cells"], score_range, bootstrap=boot)
     print()
-    print(table([[s.subject, s.selected, s.incomplete, fmt(s.score), fmt(s.pass_rate, percent=True)] for s in stats],
-                ["subject", "selected", "incomplete", "mean score [95% CI, clustered by task]", "pass rate"]))
-    diffs = paired_differences(data["cells"])
+    print(table([[s.subject, s.selected, s.incomplete, fmt(s.score_bootstrap if boot else s.score),
+                  fmt(s.pass_rate_bootstrap if boot else s.pass_rate, percent=True)] for s in stats],
+                ["subject", "selected", "incomplete", "mean score [95% CI, clustered by task]", "pass rate [95% CI]"]))
+    diffs = paired_differences(data["cells"], score_range, bootstrap=boot)
     if diffs:
         print()
-        print(table([[f"{d.a} - {d.b}", d.difference.n, fmt(d.difference)] for d in diffs],
+        print(table([[f"{d.a} - {d.b}", d.difference.n, fmt(d.bootstrap if boot else d.difference)] for d in diffs],
                     ["paired difference", "pairs", "mean [95% CI]"]))
+    if stats:
+        first = stats[0]
+        print(f"\nintervals: mean score: {describe(first.score_bootstrap if boot else first.score)}; "
+              f"pass rate: {describe(first.pass_rate_bootstrap if boot else first.pass_rate)}"
+              + ("" if score_range is not None else "; the spec declares no benchmark.scoreRange"))
+    if boot:
+        shown = [(f"{s.subject} mean score", s.score, s.score_bootstrap, False) for s in stats]
+        shown += [(f"{s.subject} pass rate", s.pass_rate, s.pass_rate_bootstrap, True) for s in stats]
+        shown += [(f"{d.a} - {d.b}", d.difference, d.bootstrap, False) for d in diffs]
+        split = [(name, a, b, pct) for name, a, b, pct in shown if b is not None and disagree(a, b)]
+        if split:
+            print(f"bootstrap and analytic intervals differ by more than {DISAGREE_FRACTION:g} of the range "
+                  "(few tasks, or scores piled at a bound): both are shown")
+            for name, a, b, pct in split:
+                print(f"  {name}: bootstrap {fmt(b, percent=pct)}; {describe(a)} {fmt(a, percent=pct)}")
     incomplete = [c for c in data["cells"] if c["state"] != "selected"]
     if incomplete:
         print("\nincomplete cells (not counted as zero):")
@@ -113,10 +144,12 @@ def results_csv(data: dict) -> str:
     return out.getvalue()
 
 
-def with_stats(data: dict) -> dict:
+def with_stats(data: dict, ci: str = "t") -> dict:
+    assert ci in CI_METHODS, ci
     data = dict(data)
-    data["subjects"] = [s.as_dict() for s in subject_stats(data["cells"])]
-    data["paired_differences"] = [d.as_dict() for d in paired_differences(data["cells"])]
+    score_range, boot = data["summary"].get("score_range"), ci == "bootstrap"
+    data["subjects"] = [s.as_dict() for s in subject_stats(data["cells"], score_range, bootstrap=boot)]
+    data["paired_differences"] = [d.as_dict() for d in paired_differences(data["cells"], score_range, bootstrap=boot)]
     return data
 
 

@@ -1,4 +1,5 @@
-"""`fleetctl results RUN [--json | --csv]`: selected and incomplete cells of a run, with statistics."""
+"""`fleetctl results RUN [--json | --csv] [--ci t|bootstrap]`: selected and incomplete cells of a run,
+with statistics (intervals: tools/fleetctl/stats.py)."""
 from __future__ import annotations
 
 import argparse
@@ -13,9 +14,9 @@ from tools.fleetctl.views import print_results, results_csv, results_json, with_
 def run(admin: Admin, args: argparse.Namespace) -> int:
     data = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=args.run)))
     if args.json:
-        print(json.dumps(with_stats(data), indent=1, sort_keys=True))
+        print(json.dumps(with_stats(data, args.ci), indent=1, sort_keys=True))
     elif args.csv:
         sys.stdout.write(results_csv(data))
     else:
-        print_results(data)
+        print_results(data, args.ci)
     return 0

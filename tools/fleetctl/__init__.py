@@ -5,7 +5,7 @@
     fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
     fleetctl ... artifact get DIGEST [-o FILE]
     fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)
-    fleetctl local SPEC.json --workers N [--slots S]     (a whole fleet on this machine)
+    fleetctl local SPEC.json --workers N [--slots S] [--html FILE]   (a whole fleet on this machine)
 
 Errors are one clear line on stderr and a non-zero exit (2 for usage, 1 for a refusal).
 

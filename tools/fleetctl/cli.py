@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, help="default ./.fleet")
     p.add_argument("--bench-root", type=Path, help="default: the spec's directory")
     p.add_argument("--policy", type=Path, help="default: policy.json beside the spec, if any")
+    p.add_argument("--html", type=Path, help="when the run ends, write its HTML report (as fleetctl report) here")
     for name in ("pause", "recover"):
         sub.add_parser(name).add_argument("run")
     p = sub.add_parser("repair", help="unblock a run after fixing its environment failure")

@@ -375,3 +375,29 @@ class ListAttemptsResponse(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     attempts: _containers.RepeatedCompositeFieldContainer[AttemptRecord]
     def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ...) -> None: ...
+
+class BackupRequest(_message.Message):
+    __slots__ = ("dest_dir",)
+    DEST_DIR_FIELD_NUMBER: _ClassVar[int]
+    dest_dir: str
+    def __init__(self, dest_dir: _Optional[str] = ...) -> None: ...
+
+class BackupResponse(_message.Message):
+    __slots__ = ("dest_dir", "last_index", "runs", "artifacts", "artifact_bytes", "wal_bytes", "copy_ms", "total_ms")
+    DEST_DIR_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COPY_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    dest_dir: str
+    last_index: int
+    runs: int
+    artifacts: int
+    artifact_bytes: int
+    wal_bytes: int
+    copy_ms: int
+    total_ms: int
+    def __init__(self, dest_dir: _Optional[str] = ..., last_index: _Optional[int] = ..., runs: _Optional[int] = ..., artifacts: _Optional[int] = ..., artifact_bytes: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., copy_ms: _Optional[int] = ..., total_ms: _Optional[int] = ...) -> None: ...

@@ -3,7 +3,7 @@
     fleetctl --coordinator HOST:PORT --token-file FILE submit SPEC.json [--policy P.json] [--bench-root DIR]
     fleetctl ... status [RUN] [--json] | results RUN [--json] [--ci t|bootstrap] | watch [RUN]
     fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
-    fleetctl ... artifact get DIGEST [-o FILE]
+    fleetctl ... artifact get DIGEST [-o FILE] | backup DEST
     fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)
     fleetctl local SPEC.json --workers N [--slots S] [--html FILE]   (a whole fleet on this machine)
 
@@ -14,7 +14,7 @@ among these modules, and no shared module importing a command or the parser):
 
     cli.py                 the argument parser and the dispatch to one command module
       commands/*.py        one module per command or command family (submit, status,
-                           results, actions, watch, report, artifact, local)
+                           results, actions, watch, report, artifact, backup, local)
         shared modules     client.py (Admin, CtlError), names.py (enum name tables),
                            views.py (results/status as dicts, tables), stats.py (intervals),
                            report_page.py (the HTML page, pure), compat.py (single-host specs),

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 from tools.fleetctl.client import Admin, CtlError
-from tools.fleetctl.commands import actions, artifact, local, report, results, status, submit, watch
+from tools.fleetctl.commands import actions, artifact, backup, local, report, results, status, submit, watch
 from tools.fleetctl.stats import CI_METHODS
 
 COMMANDS = {"submit": submit, "status": status, "results": results, "watch": watch, "report": report,
-            "artifact": artifact, **{name: actions for name in actions.NAMES}}
+            "artifact": artifact, "backup": backup, **{name: actions for name in actions.NAMES}}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--html", type=Path, required=True, help="the page to write")
     p.add_argument("--attempts", type=Path, help="optional JSON list of further attempts (retried, late) to draw")
+    p = sub.add_parser("backup", help="a consistent copy of the coordinator's data dir, taken while it serves")
+    p.add_argument("dest", help="a new directory on the coordinator's host (restore: fleet-coordinator --data-dir DEST)")
     p = sub.add_parser("artifact", help="artifacts by digest")
     p.add_argument("verb", choices=["get"])
     p.add_argument("digest")

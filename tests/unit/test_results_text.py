@@ -83,3 +83,12 @@ def test_json_without_bootstrap_carries_the_method_and_range(run_results) -> Non
     (subject,) = data["subjects"]
     assert subject["score"]["range"] == [0.0, 1.0] and subject["pass_rate"]["method"] == "wilson_clustered"
     assert "score_bootstrap" not in subject
+
+
+def test_a_score_outside_the_declared_range_is_named(run_results) -> None:
+    resp = response(score_range=True)
+    resp.cells[0].score = 1.5
+    out = run_results(resp)
+    assert "warning: 1 selected scores lie outside the declared benchmark.scoreRange" in out and "t0/r1/flaky" in out
+    assert json.loads(run_results(resp, "--json"))["scores_outside_range"] == ["t0/r1/flaky"]
+    assert "warning" not in run_results(response(score_range=True))

@@ -110,6 +110,10 @@ def print_results(data: dict, ci: str = "t") -> None:
         print()
         print(table([[f"{d.a} - {d.b}", d.difference.n, fmt(d.bootstrap if boot else d.difference)] for d in diffs],
                     ["paired difference", "pairs", "mean [95% CI]"]))
+    outside = scores_outside(data["cells"], score_range)
+    if outside:
+        print(f"\nwarning: {len(outside)} selected scores lie outside the declared benchmark.scoreRange "
+              f"{score_range} (e.g. {outside[0]['cell_id']}: {outside[0]['score']:g}); intervals are still cut to it")
     if stats:
         first = stats[0]
         print(f"\nintervals: mean score: {describe(first.score_bootstrap if boot else first.score)}; "
@@ -144,12 +148,21 @@ def results_csv(data: dict) -> str:
     return out.getvalue()
 
 
+def scores_outside(cells: list[dict], score_range: list[float] | None) -> list[dict]:
+    """Selected cells whose score breaks the spec's declared range (a verifier's bug, or a wrong range)."""
+    if score_range is None:
+        return []
+    lo, hi = score_range
+    return [c for c in cells if c["state"] == "selected" and not lo <= c["score"] <= hi]
+
+
 def with_stats(data: dict, ci: str = "t") -> dict:
     assert ci in CI_METHODS, ci
     data = dict(data)
     score_range, boot = data["summary"].get("score_range"), ci == "bootstrap"
     data["subjects"] = [s.as_dict() for s in subject_stats(data["cells"], score_range, bootstrap=boot)]
     data["paired_differences"] = [d.as_dict() for d in paired_differences(data["cells"], score_range, bootstrap=boot)]
+    data["scores_outside_range"] = [c["cell_id"] for c in scores_outside(data["cells"], score_range)]
     return data
 
 

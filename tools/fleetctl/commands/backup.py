@@ -16,7 +16,7 @@ def run(admin: Admin, args: argparse.Namespace) -> int:
     dest = os.path.abspath(args.dest)
     r = admin.call("Backup", admin_pb2.BackupRequest(dest_dir=dest), timeout=BACKUP_TIMEOUT_S)
     print(f"backup in {r.dest_dir}: log through index {r.last_index} ({r.wal_bytes} bytes, compacted), "
-          f"{r.runs} runs, {r.artifacts} artifacts ({r.artifact_bytes} bytes); LMDB copy {r.copy_ms} ms, "
+          f"{r.runs} run{'' if r.runs == 1 else 's'}, {r.artifacts} artifacts ({r.artifact_bytes} bytes); LMDB copy {r.copy_ms} ms, "
           f"whole backup {r.total_ms} ms")
     print(f"restore: fleet-coordinator --data-dir {r.dest_dir} (or a copy of it)")
     return 0

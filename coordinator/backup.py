@@ -90,6 +90,8 @@ def take_backup(store: Store, artifacts: ArtifactStore, data_dir: Path, dest: Pa
         raise BackupError("a backup is already running", busy=True)
     try:
         return _take(store, artifacts, data_dir, check_dest(dest, data_dir))
+    except (OSError, StorageError) as e:  # the destination's disk; the serving store is only read
+        raise BackupError(f"writing the backup to {dest}: {e}") from e
     finally:
         _one_at_a_time.release()
 

@@ -29,8 +29,8 @@ from common.spec import SpecError, canonical_json, parse_spec_text
 from coordinator import codec, views
 from coordinator.actor import Actor, Batch, Overloaded, Request
 from coordinator.artifacts import ArtifactStore, UploadRejected
-from coordinator.backup import BackupError, take_backup
 from coordinator.auth import AuthError, TokenBook, bearer, certificate_identity_problem
+from coordinator.backup import BackupError, take_backup
 from coordinator.codec import FrameError
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected

@@ -319,7 +319,8 @@ class Store:
         moment it begins, while the actor keeps committing. Errors are the destination's and
         are raised as they come (lmdb.Error, OSError); they never mark this store unusable."""
         with self._copy_lock:
-            assert not self._closed, "store used after close"
+            if self._closed:
+                raise OSError("the store is closed: the coordinator is stopping")
             self._env.copy(str(wal_dir), compact=True)
 
     # ---- recovery ------------------------------------------------------------------------

@@ -96,3 +96,11 @@ def test_bad_destinations_and_a_second_backup_at_once_are_refused(tmp_path: Path
         with pytest.raises(BackupError, match="already running") as e:
             take_backup(None, None, data, tmp_path / "new")  # type: ignore[arg-type]
     assert e.value.busy
+
+
+def test_a_backup_of_a_closed_store_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    store, artifacts, data_dir, _ = artifact_state(tmp_path, b"x", stored=True)
+    store.close()
+    with pytest.raises(BackupError, match="the store is closed"):
+        take_backup(store, artifacts, data_dir, tmp_path / "backup")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

@@ -7,6 +7,7 @@ executors read their own fields from the same frozen bytes. No I/O here: callers
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ CREDENTIAL_NAME_PATTERN = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 TOP_FIELDS = {"name", "description", "benchmark", "executor", "subjects", "tasks",
               "repetitions", "budget", "verifier", "execution"}
-BENCHMARK_FIELDS = {"name", "version"}
+BENCHMARK_FIELDS = {"name", "version", "scoreRange"}
 BUDGET_FIELDS = {"timeoutSeconds", "maxCostUsd"}
 EXECUTION_FIELDS = {"maxConcurrentTaskGroups"}
 # Per executor kind: the fields of the executor object, of a subject, of the verifier, of a task.
@@ -95,6 +96,8 @@ class ExperimentSpec:
     max_concurrent_groups: int
     subject_timeout_ms: int
     verifier_timeout_ms: int
+    # benchmark.scoreRange: every score lies in [low, high]; None when the spec does not say.
+    score_range: tuple[float, float] | None = None
 
     @property
     def group_count(self) -> int:
@@ -193,6 +196,7 @@ def parse_spec(document: Any) -> ExperimentSpec:
     _fields(benchmark, "benchmark", BENCHMARK_FIELDS, {"name"})
     bench_name = _str(benchmark["name"], "benchmark.name")
     bench_version = _str(benchmark.get("version", ""), "benchmark.version", allow_empty=True)
+    score_range = _score_range(benchmark["scoreRange"]) if "scoreRange" in benchmark else None
 
     subjects_raw = doc["subjects"]
     if not isinstance(subjects_raw, list) or not subjects_raw:
@@ -278,7 +282,21 @@ def parse_spec(document: Any) -> ExperimentSpec:
         max_concurrent_groups=cap,
         subject_timeout_ms=timeout_s * 1000,
         verifier_timeout_ms=verifier_s * 1000,
+        score_range=score_range,
     )
+
+
+def _score_range(value: Any, path: str = "benchmark.scoreRange") -> tuple[float, float]:
+    """`[low, high]`: two finite numbers, low below high (a pass rate is [0, 1] by definition)."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise SpecError(path, f"must be a list [low, high] of two numbers, not {json.dumps(value)}")
+    for i, bound in enumerate(value):
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound):
+            raise SpecError(f"{path}[{i}]", f"must be a finite number, not {json.dumps(bound)}")
+    low, high = float(value[0]), float(value[1])
+    if not low < high:
+        raise SpecError(path, f"low ({value[0]}) must be below high ({value[1]})")
+    return low, high
 
 
 def _callable(value: Any, path: str) -> str:

@@ -14,6 +14,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -29,11 +30,13 @@ from coordinator import codec, views
 from coordinator.actor import Actor, Batch, Overloaded, Request
 from coordinator.artifacts import ArtifactStore, UploadRejected
 from coordinator.auth import AuthError, TokenBook, bearer, certificate_identity_problem
+from coordinator.backup import BackupError, take_backup
 from coordinator.codec import FrameError
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected
 from coordinator.errors import ArtifactCorrupt, StorageError, fail_stop
 from coordinator.metrics import Metrics
+from coordinator.store import Store
 
 log = structlog.get_logger("fleet.servicer")
 HELLO_TIMEOUT_S = 30
@@ -504,8 +507,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
-    def __init__(self, actor: Actor, hub: Hub, tokens: TokenBook, artifacts: ArtifactStore) -> None:
+    def __init__(self, actor: Actor, hub: Hub, tokens: TokenBook, artifacts: ArtifactStore, *,
+                 store: Store | None = None, data_dir: Path | None = None) -> None:
         self.actor, self.hub, self.tokens, self.artifacts = actor, hub, tokens, artifacts
+        self.store, self.data_dir = store, data_dir  # for Backup (coordinator/backup.py)
 
     async def _auth(self, context: Any) -> None:
         token, _ = bearer(context.invocation_metadata())
@@ -614,6 +619,24 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 yield await q.get()
         finally:
             self.hub.watchers.remove(entry)
+
+    async def Backup(self, request: Any, context: Any) -> Any:
+        """On a thread of its own: LMDB's copy is one read transaction beside the actor's commits."""
+        await self._auth(context)
+        if self.store is None or self.data_dir is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this coordinator was started without backup support")
+        store, data_dir = self.store, self.data_dir
+        try:
+            r = await asyncio.to_thread(take_backup, store, self.artifacts, data_dir, Path(request.dest_dir))
+        except BackupError as e:
+            await context.abort(grpc.StatusCode.ABORTED if e.busy else grpc.StatusCode.FAILED_PRECONDITION,
+                                f"BACKUP_FAILED: {e}")
+            return None
+        log.info("backup_written", dest=r.dest_dir, last_index=r.last_index, artifacts=r.artifacts,
+                 copy_ms=r.copy_ms, total_ms=r.total_ms)
+        return admin_pb2.BackupResponse(dest_dir=r.dest_dir, last_index=r.last_index, runs=r.runs,
+                                        artifacts=r.artifacts, artifact_bytes=r.artifact_bytes, wal_bytes=r.wal_bytes,
+                                        copy_ms=r.copy_ms, total_ms=r.total_ms)
 
     async def GetArtifact(self, request: Any, context: Any) -> Any:
         await self._auth(context)

@@ -25,7 +25,11 @@ Rules, in the order they protect the state:
 - Environment failures become `StorageError`s (coordinator/errors.py); a full map is grown
   by doubling up to a ceiling first. The caller fail-stops on any of them.
 
-A `Store` is used by one thread at a time (the actor). It knows nothing of commands.
+A `Store` is used by one thread at a time (the actor), with one exception: `copy_to` (the
+online backup) runs on another thread. LMDB allows a reader beside the writer, and the copy is
+one read transaction; what LMDB forbids is changing the map size while any transaction of this
+process is open, so `copy_to`, `_grow_map` and `close` share `_copy_lock` (the actor waits on
+it only when the map must grow during a backup). It knows nothing of commands.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import errno as errno_mod
 import fcntl
 import os
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -151,6 +156,7 @@ class Store:
         self._bad_snapshot_indexes: list[int] = []  # found by load, dropped by the next snapshot
         self._failed: StoreIOError | None = None
         self._closed = False
+        self._copy_lock = threading.Lock()  # copy_to against set_mapsize and close (module rules)
 
     # ---- opening and closing -------------------------------------------------------------
 
@@ -221,11 +227,12 @@ class Store:
 
     def close(self) -> None:
         """Close LMDB, then release the lock (in that order: the lock guards the env)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._env.close()
-        os.close(self._lock_fd)
+        with self._copy_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._env.close()
+            os.close(self._lock_fd)
 
     def __enter__(self) -> Store:
         return self
@@ -303,6 +310,18 @@ class Store:
         self._write(body, f"writing the snapshot at index {last_index}")
         self._snapshot_indexes = kept
         self._bad_snapshot_indexes = []
+
+    # ---- the online backup (any thread) ---------------------------------------------------
+
+    def copy_to(self, wal_dir: Path) -> None:
+        """LMDB's own copy of the log, snapshots and meta into the empty directory `wal_dir`,
+        compacted (free pages left out), taken in one read transaction: consistent as of the
+        moment it begins, while the actor keeps committing. Errors are the destination's and
+        are raised as they come (lmdb.Error, OSError); they never mark this store unusable."""
+        with self._copy_lock:
+            if self._closed:
+                raise OSError("the store is closed: the coordinator is stopping")
+            self._env.copy(str(wal_dir), compact=True)
 
     # ---- recovery ------------------------------------------------------------------------
 
@@ -450,7 +469,8 @@ class Store:
                         f"--map-size-mb {max(2 * ceiling >> 20, 1)}) on a disk with room"))
         grown = min(current * 2, ceiling)
         try:
-            self._env.set_mapsize(grown)
+            with self._copy_lock:  # no backup's read transaction may be open (module rules)
+                self._env.set_mapsize(grown)
         except lmdb.Error as e:
             raise _wrap(e, f"growing the LMDB map to {grown} bytes", self._wal_dir) from e
         self._map_size_bytes = grown

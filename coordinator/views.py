@@ -115,6 +115,9 @@ def results(state: State, run_id: RunId) -> admin_pb2.GetResultsResponse | None:
         usage_complete=s.usage_complete, state=RUN_STATES[s.state], blocked_reason=s.blocked_reason,
         peak_concurrent_groups=s.peak_concurrent_groups, slots_offered=s.slots_offered,
         late_reports=s.late_reports, selected_cost_usd=s.selected_cost_usd))
+    score_range = state.runs[run_id].spec.score_range
+    if score_range is not None:
+        out.summary.score_range_low, out.summary.score_range_high = score_range
     return out
 
 

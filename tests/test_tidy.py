@@ -382,3 +382,107 @@ def test_goal_check_fails_on_silent_files(tmp_path):
     assert any(p.startswith("tests/unit/test_b.py") for p in problems)
     assert not any("test_c.py" in p or "test_d.py" in p or p.startswith("tests/__init__.py")
                    for p in problems)
+
+
+# ---- (f) fleetctl's imports run one way -----------------------------------------------------
+
+FLEETCTL = "tools.fleetctl"
+FLEETCTL_UPPER = ("tools.fleetctl.cli", "tools.fleetctl.commands")  # the parser and the commands
+
+
+def fleetctl_graph(root: Path) -> dict[str, list[tuple[str, int]]]:
+    """Module -> the package's modules it imports (with the line), counting imports inside
+    functions too: a lazy import is how the old circle hid. Parent packages are not edges:
+    tools/fleetctl/__init__.py imports nothing at import time (checked below)."""
+    directory = root.joinpath(*FLEETCTL.split("."))
+    graph: dict[str, list[tuple[str, int]]] = {}
+    for path in sorted(directory.rglob("*.py")):
+        name = module_name(root, path)
+        found = [(imp.name, imp.line) for imp in imports_of(root, path)
+                 if matches(imp.name, (FLEETCTL,)) and module_path(root, imp.name) is not None and imp.name != name]
+        # `from P import m` loads P only as m's parent when m is a module: then the edge is to m.
+        graph[name] = [(t, line) for t, line in found
+                       if not any(u.startswith(t + ".") and ln == line for u, ln in found)]
+    return graph
+
+
+def fleetctl_cycles(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """Each import cycle once, as 'a:LINE -> b:LINE -> ... -> a' (depth-first search; a back
+    edge closes a cycle)."""
+    cycles: set[str] = set()
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[tuple[str, int]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        for target, line in sorted(graph.get(node, [])):
+            stack.append((node, line))
+            if state.get(target) == 1:
+                start = next(i for i, (n, _) in enumerate(stack) if n == target)
+                loop = stack[start:]
+                k = min(range(len(loop)), key=lambda i: loop[i][0])  # one spelling per cycle
+                loop = loop[k:] + loop[:k]
+                cycles.add(" -> ".join(f"{n}:{ln}" for n, ln in loop) + f" -> {loop[0][0]}")
+            elif target not in state:
+                visit(target)
+            stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return sorted(cycles)
+
+
+def fleetctl_layer_violations(root: Path) -> list[str]:
+    """Shared modules never import the parser or a command; a command never imports another
+    command or the parser; the package's __init__ imports nothing of the package at import time."""
+    problems: list[str] = []
+    for module, edges in fleetctl_graph(root).items():
+        is_command = matches(module, ("tools.fleetctl.commands",)) and module != "tools.fleetctl.commands"
+        upper = matches(module, FLEETCTL_UPPER) or module in (FLEETCTL, "tools.fleetctl.__main__")
+        for target, line in edges:
+            if not upper and matches(target, FLEETCTL_UPPER):
+                problems.append(f"{module}:{line} imports {target} (a shared module may not import "
+                                "the parser or a command)")
+            elif is_command and (target == "tools.fleetctl.cli"
+                                 or (matches(target, ("tools.fleetctl.commands",))
+                                     and target != "tools.fleetctl.commands")):
+                problems.append(f"{module}:{line} imports {target} (a command imports shared modules only)")
+    init = module_path(root, FLEETCTL)
+    if init is not None:
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    matches(n, (FLEETCTL,)) for n in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                                      else [node.module or ""])):
+                problems.append(f"{FLEETCTL}:{node.lineno} imports the package at import time")
+    return sorted(problems)
+
+
+def test_fleetctl_imports_have_no_cycle_and_run_one_way():
+    graph = fleetctl_graph(ROOT)
+    assert "tools.fleetctl.cli" in graph and "tools.fleetctl.client" in graph
+    assert fleetctl_cycles(graph) == []
+    assert fleetctl_layer_violations(ROOT) == []
+    for old in ("fleetctl", "local", "report", "compat", "stats", "submission"):
+        assert not (ROOT / "tools" / f"{old}.py").exists(), f"tools/{old}.py is back beside tools/fleetctl/"
+
+
+def test_fleetctl_checks_fail_on_a_planted_cycle_and_upward_imports(tmp_path):
+    _plant(tmp_path, {
+        "tools/__init__.py": "",
+        "tools/fleetctl/__init__.py": "from tools.fleetctl import cli\n",
+        "tools/fleetctl/cli.py": "from tools.fleetctl.commands import results\n",
+        "tools/fleetctl/commands/__init__.py": "",
+        "tools/fleetctl/commands/results.py": "from tools.fleetctl import views\nfrom . import status\n",
+        "tools/fleetctl/commands/status.py": "from tools.fleetctl.views import table\n",
+        "tools/fleetctl/views.py": "def table():\n    from tools.fleetctl.stats import fmt\n",
+        "tools/fleetctl/stats.py": "import math\n\ndef fmt():\n    from ..fleetctl import views\n",
+    })
+    cycles = fleetctl_cycles(fleetctl_graph(tmp_path))
+    assert cycles == ["tools.fleetctl.stats:4 -> tools.fleetctl.views:2 -> tools.fleetctl.stats"]
+    problems = fleetctl_layer_violations(tmp_path)
+    assert "tools.fleetctl:1 imports the package at import time" in problems
+    assert any(p.startswith("tools.fleetctl.commands.results:2 imports tools.fleetctl.commands.status")
+               for p in problems)
+    assert not any(p.startswith("tools.fleetctl.cli") for p in problems)

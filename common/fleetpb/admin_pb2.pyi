@@ -209,7 +209,7 @@ class CellResult(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., incomplete_detail: _Optional[str] = ...) -> None: ...
 
 class Summary(_message.Message):
-    __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports", "selected_cost_usd")
+    __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports", "selected_cost_usd", "score_range_low", "score_range_high")
     SELECTED_FIELD_NUMBER: _ClassVar[int]
     INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,8 @@ class Summary(_message.Message):
     SLOTS_OFFERED_FIELD_NUMBER: _ClassVar[int]
     LATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     SELECTED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    SCORE_RANGE_LOW_FIELD_NUMBER: _ClassVar[int]
+    SCORE_RANGE_HIGH_FIELD_NUMBER: _ClassVar[int]
     selected: int
     incomplete: int
     observed_cost_usd: float
@@ -230,7 +232,9 @@ class Summary(_message.Message):
     slots_offered: int
     late_reports: int
     selected_cost_usd: float
-    def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ..., selected_cost_usd: _Optional[float] = ...) -> None: ...
+    score_range_low: float
+    score_range_high: float
+    def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ..., selected_cost_usd: _Optional[float] = ..., score_range_low: _Optional[float] = ..., score_range_high: _Optional[float] = ...) -> None: ...
 
 class GetResultsResponse(_message.Message):
     __slots__ = ("cells", "summary")
@@ -371,3 +375,29 @@ class ListAttemptsResponse(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     attempts: _containers.RepeatedCompositeFieldContainer[AttemptRecord]
     def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ...) -> None: ...
+
+class BackupRequest(_message.Message):
+    __slots__ = ("dest_dir",)
+    DEST_DIR_FIELD_NUMBER: _ClassVar[int]
+    dest_dir: str
+    def __init__(self, dest_dir: _Optional[str] = ...) -> None: ...
+
+class BackupResponse(_message.Message):
+    __slots__ = ("dest_dir", "last_index", "runs", "artifacts", "artifact_bytes", "wal_bytes", "copy_ms", "total_ms")
+    DEST_DIR_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COPY_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    dest_dir: str
+    last_index: int
+    runs: int
+    artifacts: int
+    artifact_bytes: int
+    wal_bytes: int
+    copy_ms: int
+    total_ms: int
+    def __init__(self, dest_dir: _Optional[str] = ..., last_index: _Optional[int] = ..., runs: _Optional[int] = ..., artifacts: _Optional[int] = ..., artifact_bytes: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., copy_ms: _Optional[int] = ..., total_ms: _Optional[int] = ...) -> None: ...

@@ -91,6 +91,11 @@ class AdminStub:
                 request_serializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsRequest.SerializeToString,
                 response_deserializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsResponse.FromString,
                 _registered_method=True)
+        self.Backup = channel.unary_unary(
+                '/fleet.v1.Admin/Backup',
+                request_serializer=fleet_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
+                response_deserializer=fleet_dot_v1_dot_admin__pb2.BackupResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -172,6 +177,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Backup(self, request, context):
+        """A consistent copy of the data dir while the coordinator serves: LMDB's own compacting
+        copy of the log and state (one read transaction), then the artifacts the copied state
+        references, the tokens and worker credentials. The result is a data dir to start from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -229,6 +243,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListAttempts,
                     request_deserializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsRequest.FromString,
                     response_serializer=fleet_dot_v1_dot_admin__pb2.ListAttemptsResponse.SerializeToString,
+            ),
+            'Backup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Backup,
+                    request_deserializer=fleet_dot_v1_dot_admin__pb2.BackupRequest.FromString,
+                    response_serializer=fleet_dot_v1_dot_admin__pb2.BackupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -529,6 +548,33 @@ class Admin:
             '/fleet.v1.Admin/ListAttempts',
             fleet_dot_v1_dot_admin__pb2.ListAttemptsRequest.SerializeToString,
             fleet_dot_v1_dot_admin__pb2.ListAttemptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Backup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fleet.v1.Admin/Backup',
+            fleet_dot_v1_dot_admin__pb2.BackupRequest.SerializeToString,
+            fleet_dot_v1_dot_admin__pb2.BackupResponse.FromString,
             options,
             channel_credentials,
             insecure,

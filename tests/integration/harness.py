@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.fleetpb import admin_pb2
-from tools.fleetctl import Admin, results_json, status_json
+from tools.fleetctl.client import Admin
+from tools.fleetctl.views import results_json, status_json
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -146,7 +147,7 @@ class Cluster:
             if bench_root is None:
                 req = admin_pb2.SubmitRunRequest(spec_json=spec_json, policy_json=policy_json)
             else:
-                from tools.submission import submit_request
+                from tools.fleetctl.submission import submit_request
 
                 req = submit_request(spec_json, policy_json, bench_root)
             resp = admin.call("SubmitRun", req)

@@ -1,9 +1,11 @@
 """`fleetctl local` as a new user runs it, in a subprocess without a terminal: the example
-completes with exit 0 and plain progress lines, a second run resumes without re-executing
+completes with exit 0, plain progress lines, intervals inside its score range and (with --html)
+the HTML report, a second run resumes without re-executing
 anything, Ctrl-C stops every process it started, and an exhausted budget exits non-zero."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,12 +49,28 @@ def no_process_left(data: Path) -> None:
 def test_the_example_runs_resumes_and_reports(tmp_path: Path) -> None:
     data = tmp_path / "fleet"
     spec = REPO / "examples" / "quick" / "experiment.json"
-    first = fleetctl_local(spec, data)
+    page = tmp_path / "report.html"
+    first = fleetctl_local(spec, data, "--html", str(page))
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    # --html: the report of the run, written when it ended (before the coordinator stopped).
+    run_id = re.search(r"fleet local: run (\S+) \(new\)", first.stderr).group(1)
+    html = page.read_text()
+    assert f'data-run-id="{run_id}"' in html and 'data-cells-selected="60"' in html
+    cells = set(attempts_in(first.stdout))
+    assert len(cells) == 60 and all(f'data-cell="{c}"' in html for c in cells), "every cell drawn"
+    assert f"{page}: 60 selected, 0 incomplete of 60 cells" in first.stderr
     assert "(new)" in first.stderr and "cells selected" in first.stderr, "plain progress lines off a terminal"
     assert "60 selected, 0 incomplete; run complete" in first.stdout
     assert "mean score [95% CI, clustered by task]" in first.stdout
     assert "paired difference" in first.stdout
+    # The example declares scoreRange [0, 1]: no subject's interval leaves it.
+    rows = [row for row in map(str.split, first.stdout.splitlines())
+            if row[:1] in (["reference"], ["sloppy"], ["flaky"]) and row[1].isdigit()]
+    assert len(rows) == 3, first.stdout
+    for row in rows:
+        mean, low, high = float(row[3]), float(row[4].strip("[,")), float(row[5].rstrip("]"))
+        assert 0.0 <= low <= mean <= high <= 1.0, row
+    assert "clipped to the score range [0, 1]" in first.stdout
     no_process_left(data)
     second = fleetctl_local(spec, data)
     assert second.returncode == 0, second.stderr[-2000:]

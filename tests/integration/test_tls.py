@@ -17,7 +17,7 @@ import pytest
 
 from common.fleetpb import admin_pb2
 from tests.integration.harness import INTBENCH, PY, REPO, Cluster, Proc, intbench_spec
-from tools.fleetctl import Admin, CtlError
+from tools.fleetctl.client import Admin, CtlError
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI makes the certificates")
 

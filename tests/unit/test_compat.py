@@ -15,7 +15,9 @@ import pytest
 from common.ids import attempt_id_for, cell_id_for
 from common.spec import SpecError, parse_spec, parse_spec_text
 from tools import fleetctl
-from tools.compat import LegacySpecError, convert_legacy, is_legacy, load_spec_text, local_args
+from tools.fleetctl import cli
+from tools.fleetctl.commands import local as local_command
+from tools.fleetctl.compat import LegacySpecError, convert_legacy, is_legacy, load_spec_text, local_args
 from worker.executor import CellJob, executor_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +230,7 @@ class FakeAdmin:
 @pytest.fixture
 def fake_admin(monkeypatch, tmp_path: Path) -> Path:
     FakeAdmin.submitted = []
-    monkeypatch.setattr(fleetctl, "Admin", FakeAdmin)
+    monkeypatch.setattr(cli, "Admin", FakeAdmin)
     token = tmp_path / "admin.token"
     token.write_text("t")
     return token
@@ -268,12 +270,11 @@ def test_fleetctl_local_runs_the_conversion_with_the_original_bench_root_and_pol
     (bench / "policy.json").write_text("{}")
     seen = {}
 
-    def fake_run_local(spec_path, workers, slots, data, bench_root, policy):
+    def fake_run_local(spec_path, workers, slots, data, bench_root, policy, html=None):
         seen.update(spec=spec_path, bench_root=bench_root, policy=policy, data=data)
         return 0
 
-    import tools.local
-    monkeypatch.setattr(tools.local, "run_local", fake_run_local)
+    monkeypatch.setattr(local_command, "run_local", fake_run_local)
     data = tmp_path / "data"
     assert fleetctl.main(["local", str(spec), "--data-dir", str(data)]) == 0
     assert seen["spec"] == data.resolve() / "converted-spec.json"

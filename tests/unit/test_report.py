@@ -13,19 +13,19 @@ from types import SimpleNamespace
 import pytest
 
 from common.fleetpb import admin_pb2, common_pb2
-from tools import fleetctl
-from tools.report import (
+from tools.fleetctl import cli, client, views
+from tools.fleetctl.commands import report as report_command
+from tools.fleetctl.report_page import (
     AttemptsFileError,
     build_bars,
     layout,
     load_attempts,
-    main_report,
     merge_timeline,
     pack_lanes,
     render_html,
     timeline_from_results,
 )
-from tools.stats import subject_stats
+from tools.fleetctl.stats import subject_stats
 
 T0 = 1_700_000_000_000
 
@@ -265,6 +265,21 @@ def test_the_score_table_shows_the_clustered_intervals_of_tools_stats() -> None:
     assert "paired" in page.by_id
 
 
+def test_with_a_declared_score_range_the_axis_and_every_interval_stay_inside_it() -> None:
+    # The README's `flaky`: nine tasks pass, one always fails; the t interval is [0.674, 1.126].
+    cells = [cell(f"t{i}", "flaky", start=i * 100, score=0.0 if i == 0 else 1.0, rep=r)
+             for i in range(10) for r in (1, 2)]
+    unbounded = render(cells)
+    assert float(unbounded.by_id["ci-method"]["data-axis-high"]) > 1.1, "no range declared: the axis follows t"
+    page = render(cells, score_range=[0.0, 1.0])
+    note = page.by_id["ci-method"]
+    assert (float(note["data-axis-low"]), float(note["data-axis-high"])) == (0.0, 1.0)
+    assert (note["data-score-method"], note["data-pass-method"]) == ("t_clustered_clipped", "wilson_clustered")
+    assert "[0.674, 1.000]" in page.raw and "1.126" not in page.raw
+    for line in page.with_class("line", "ci"):
+        assert 4 <= float(line["x1"]) <= float(line["x2"]) <= 220 - 4
+
+
 def test_cost_of_selected_results_against_everything_observed_and_usage_incomplete() -> None:
     cells = [cell("t0", "a", cost=0.25), cell("t1", "a", cost=None, start=10),
              cell("t2", "a", state="incomplete", reason="exhausted", attempts=2)]
@@ -343,12 +358,12 @@ def test_fleetctl_report_reads_times_only_when_present_and_writes_the_page(tmp_p
                                          workers=[admin_pb2.WorkerStatus(worker_id="w1", slots=2)])
     admin = FakeAdmin(proto_results(), status)
     out = tmp_path / "page.html"
-    args = fleetctl.build_parser().parse_args(["report", "run-x", "--html", str(out)])
+    args = cli.build_parser().parse_args(["report", "run-x", "--html", str(out)])
     assert (args.cmd, args.run, args.html, args.attempts) == ("report", "run-x", out, None)
-    assert main_report(admin, args) == 0
+    assert report_command.run(admin, args) == 0
     assert [name for name, _ in admin.calls] == ["GetResults", "GetStatus", "ListAttempts"]
     assert all(req.run_id == "run-x" for _, req in admin.calls)
-    results = fleetctl.results_json(proto_results())
+    results = views.results_json(proto_results())
     assert [(c["started_ms"], c["finished_ms"]) for c in results["cells"]] == [(T0, T0 + 800), (None, None),
                                                                                 (None, None)]
     page = Page(out.read_text())
@@ -365,8 +380,8 @@ def test_fleetctl_report_draws_an_attempts_file_and_refuses_a_bad_one(tmp_path: 
                                      "attempt_id": "run-x:t0/r1/a:a0", "dispatch_order": 3}]))
     out = tmp_path / "page.html"
     args = SimpleNamespace(run="run-x", html=out, attempts=attempts)
-    assert main_report(FakeAdmin(proto_results(), status), args) == 0
+    assert report_command.run(FakeAdmin(proto_results(), status), args) == 0
     assert Page(out.read_text()).by_id["extra-attempts"]["data-late"] == "1"
     attempts.write_text("{}")
-    with pytest.raises(fleetctl.CtlError, match="list of attempts"):
-        main_report(FakeAdmin(proto_results(), status), args)
+    with pytest.raises(client.CtlError, match="list of attempts"):
+        report_command.run(FakeAdmin(proto_results(), status), args)

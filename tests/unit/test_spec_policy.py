@@ -116,6 +116,16 @@ SPEC_DEFECTS = [
     ("too many cells", edit(edit(BASE, "repetitions", 1_000_000), "tasks", [{"id": "a"}, {"id": "b"}, {"id": "c"}]),
      "", "exceed the limit"),
     ("not an object", ["spec"], "spec", "must be an object"),
+    ("score range not a pair", edit(BASE, "benchmark.scoreRange", [0]), "benchmark.scoreRange", "[low, high]"),
+    ("score range not a list", edit(BASE, "benchmark.scoreRange", "0-1"), "benchmark.scoreRange", "[low, high]"),
+    ("score range bound a string", edit(BASE, "benchmark.scoreRange", [0, "1"]), "benchmark.scoreRange[1]",
+     "finite number"),
+    ("score range bound a bool", edit(BASE, "benchmark.scoreRange", [False, 1]), "benchmark.scoreRange[0]",
+     "finite number"),
+    ("score range bound infinite", edit(BASE, "benchmark.scoreRange", [0, float("inf")]),
+     "benchmark.scoreRange[1]", "finite number"),
+    ("score range empty", edit(BASE, "benchmark.scoreRange", [1, 1]), "benchmark.scoreRange", "below high"),
+    ("score range reversed", edit(BASE, "benchmark.scoreRange", [1, 0]), "benchmark.scoreRange", "below high"),
 ]
 
 
@@ -159,6 +169,13 @@ def test_the_parsed_spec_types_what_the_core_needs():
     assert [spec.group_key(i) for i in range(4)] == [("add", 1), ("add", 2), ("answer42", 1), ("answer42", 2)]
     assert spec.group_id(3) == "answer42/r2"
     assert spec.cell_ids(1) == ("add/r2/alpha", "add/r2/beta")
+
+
+def test_a_declared_score_range_is_typed_and_an_absent_one_changes_nothing():
+    assert parse_spec(BASE).score_range is None
+    assert "scoreRange" not in parse_spec(BASE).canonical, "specs without it keep their canonical text and run id"
+    spec = parse_spec(edit(BASE, "benchmark.scoreRange", [-1, 2.5]))
+    assert spec.score_range == (-1.0, 2.5) and spec.document()["benchmark"]["scoreRange"] == [-1, 2.5]
 
 
 def test_the_verifier_timeout_has_a_default():

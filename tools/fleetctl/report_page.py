@@ -1,7 +1,8 @@
-"""`fleetctl report RUN --html FILE`: one self-contained HTML page about a run.
+"""The HTML report (`fleetctl report RUN --html FILE`, `fleetctl local --html FILE`): one
+self-contained page about a run.
 
 The page has a timeline per worker slot, the per-subject scores with 95% intervals
-clustered by task (tools/stats.py), the cost of the selected results against all observed
+clustered by task (tools/fleetctl/stats.py), the cost of the selected results against all observed
 cost, and the incomplete cells with their reasons. It is one file with inline CSS and
 inline SVG: no script, no font, no image and no stylesheet is fetched from anywhere, so it
 can be mailed, archived or opened offline and always shows the same thing.
@@ -9,7 +10,7 @@ can be mailed, archived or opened offline and always shows the same thing.
 Rules.
 - `render_html(results, status, timeline)` is pure: the same three inputs give the same
   bytes (no clock, no randomness); `results` and `status` are the dicts of
-  `fleetctl results --json` and `fleetctl status --json` (tools/fleetctl.py
+  `fleetctl results --json` and `fleetctl status --json` (tools/fleetctl/views.py
   `results_json`, `status_json`), `timeline` a list of attempt entries (below).
 - A timeline entry is one attempt of one cell: `worker_id`, `assignment_id`, `task`,
   `repetition`, `subject`, `cell_id`, `attempt_id`, `generation`, `dispatch_order`,
@@ -42,7 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from tools.stats import Estimate, paired_differences, subject_stats
+from tools.fleetctl.client import CtlError
+from tools.fleetctl.names import STATUS_NAMES
+from tools.fleetctl.stats import Estimate, describe, paired_differences, subject_stats
+from tools.fleetctl.views import results_json, status_json
 
 KINDS = ("selected", "retried", "late", "lost")
 ENTRY_KEYS = ("kind", "worker_id", "assignment_id", "task", "repetition", "subject", "cell_id", "attempt_id",
@@ -130,8 +134,6 @@ def load_attempts(path: Path) -> list[dict]:
 
 def attempts_from_records(records: Iterable[Any]) -> list[dict]:
     """Timeline entries from the admin API's `ListAttempts` (pending attempts are not drawn)."""
-    from tools.fleetctl import STATUS_NAMES
-
     out = []
     for r in records:
         if r.kind not in KINDS:
@@ -529,10 +531,15 @@ def _est_text(e: Estimate, percent: bool = False) -> str:
     return f"{text} <span class=\"ci-text\">[{f.format(e.low * k)}, {f.format(e.high * k)}]</span>"
 
 
-def render_scores(cells: list[dict]) -> tuple[str, int]:
-    stats = subject_stats(cells)
-    points = [v for s in stats for v in (s.score.mean, s.score.low, s.score.high) if v is not None]
-    lo, hi = min([0.0, *points]), max([1.0, *points])
+def render_scores(cells: list[dict], score_range: list[float] | None = None) -> tuple[str, int]:
+    """With a declared score range the axis is that range (every interval is inside it);
+    without one, it spans [0, 1] and whatever the intervals reach beyond."""
+    stats = subject_stats(cells, score_range)
+    if score_range is not None:
+        lo, hi = float(score_range[0]), float(score_range[1])
+    else:
+        points = [v for s in stats for v in (s.score.mean, s.score.low, s.score.high) if v is not None]
+        lo, hi = min([0.0, *points]), max([1.0, *points])
     rows = []
     for s in stats:
         rows.append(
@@ -544,9 +551,18 @@ def render_scores(cells: list[dict]) -> tuple[str, int]:
     table = ('<table id="scores" data-subjects="{}"><thead><tr><th>subject</th><th>selected</th><th>incomplete</th>'
              '<th>tasks</th><th>mean score [95% CI]</th><th>interval ({} to {})</th><th>pass rate [95% CI]</th></tr>'
              '</thead><tbody>{}</tbody></table>').format(len(stats), f"{lo:g}", f"{hi:g}", "".join(rows))
-    diffs = paired_differences(cells)
+    if stats:
+        table += (f'<p class="note" id="ci-method" data-score-method="{esc(stats[0].score.method)}" '
+                  f'data-pass-method="{esc(stats[0].pass_rate.method)}" data-axis-low="{lo!r}" data-axis-high="{hi!r}">'
+                  f'Intervals: mean score: {esc(describe(stats[0].score))}; pass rate: '
+                  f'{esc(describe(stats[0].pass_rate))}'
+                  + ("" if score_range is not None else "; the spec declares no benchmark.scoreRange") + '.</p>')
+    diffs = paired_differences(cells, score_range)
     if diffs:
-        bound = max([1e-9, *(abs(v) for d in diffs for v in (d.difference.mean, d.difference.low,
+        if score_range is not None:  # a difference of two in-range scores
+            bound = float(score_range[1]) - float(score_range[0])
+        else:
+            bound = max([1e-9, *(abs(v) for d in diffs for v in (d.difference.mean, d.difference.low,
                                                                   d.difference.high) if v is not None)])
         drows = "".join(
             f'<tr data-pair="{esc(d.a)}-{esc(d.b)}" data-pairs="{d.difference.n}"><td>{esc(d.a)} − {esc(d.b)}</td>'
@@ -682,7 +698,7 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
         subject_order.setdefault(c["subject"], len(subject_order))
     lanes = layout(timeline, status, subject_order)
     timeline_html, tstats = render_timeline(lanes, int(summary.get("late_reports") or 0))
-    scores_html, n_subjects = render_scores(cells)
+    scores_html, n_subjects = render_scores(cells, summary.get("score_range"))
     incomplete_html, n_incomplete = render_incomplete(cells)
     n_selected = sum(1 for c in cells if c["state"] == "selected")
     retried_cells = sum(1 for c in cells if (c.get("attempts") or 0) > 1)
@@ -740,7 +756,7 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
         "</main></body></html>\n")
 
 
-# ---- the command ---------------------------------------------------------------------------
+# ---- writing the page, and the page from the Admin API ---------------------------------
 
 def write_atomically(path: Path, text: str) -> None:
     path = path.resolve()
@@ -757,33 +773,36 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def main_report(admin: Any, args: Any) -> int:
-    """`fleetctl report RUN --html FILE [--attempts FILE]`."""
+def page_from_admin(admin: Any, run_id: str, attempts: Path | None = None) -> tuple[str, dict, list[dict]]:
+    """The page of run `run_id` from the Admin API (results, status, every listed attempt, and
+    `attempts`, an optional file of further attempts): (page, results, timeline)."""
     from common.fleetpb import admin_pb2
-    from tools.fleetctl import CtlError, results_json, status_json
 
-    results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=args.run)))
-    status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=args.run)))
+    results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
+    status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
     timeline = timeline_from_results(results)
     try:
-        listed = admin.call("ListAttempts", admin_pb2.ListAttemptsRequest(run_id=args.run))
+        listed = admin.call("ListAttempts", admin_pb2.ListAttemptsRequest(run_id=run_id))
         timeline = merge_timeline(timeline, attempts_from_records(listed.attempts))
     except CtlError:
         pass  # an older coordinator without ListAttempts: the selected attempts only
-    if getattr(args, "attempts", None):
+    if attempts:
         try:
-            timeline = merge_timeline(timeline, load_attempts(args.attempts))
+            timeline = merge_timeline(timeline, load_attempts(attempts))
         except AttemptsFileError as e:
             raise CtlError(str(e)) from None
-    page = render_html(results, status, timeline)
+    return render_html(results, status, timeline), results, timeline
+
+
+def write_page(path: Path, page: str, results: dict, timeline: list[dict]) -> None:
+    """Write the page atomically and say on stderr what it shows."""
     try:
-        write_atomically(args.html, page)
+        write_atomically(path, page)
     except OSError as e:
-        raise CtlError(f"cannot write {args.html}: {e.strerror}") from None
+        raise CtlError(f"cannot write {path}: {e.strerror}") from None
     selected = sum(1 for c in results["cells"] if c["state"] == "selected")
     untimed = sum(1 for e in timeline if not _timed(e))
-    print(f"{args.html}: {selected} selected, {len(results['cells']) - selected} incomplete of "
+    print(f"{path}: {selected} selected, {len(results['cells']) - selected} incomplete of "
           f"{len(results['cells'])} cells"
           + (f"; {untimed} attempts without times (placed by dispatch order)" if untimed else ""),
           file=sys.stderr)
-    return 0

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from common.spec import EXECUTOR_KINDS, KIND_FIELDS, KIND_REQUIRED, SpecError, parse_spec
+from tools.fleetctl.client import CtlError
 
 LEGACY_SCHEMA = "maka.eval.v1"
 LEGACY_TOP = ("schemaVersion", "id", "benchmark", "executor", "execution", "subjects", "tasks", "repetitions",
@@ -372,8 +373,6 @@ def load_spec_text(text: str) -> str:
 
 def spec_text_for_fleetctl(text: str, source: Path) -> str:
     """`load_spec_text` for fleetctl: a refusal is a CtlError, a conversion is said on stderr."""
-    from tools.fleetctl import CtlError
-
     try:
         out = load_spec_text(text)
     except SpecError as e:

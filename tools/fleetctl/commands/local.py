@@ -1,8 +1,9 @@
-"""`fleetctl local SPEC.json --workers N [--slots S]`: a whole fleet on this machine, one command.
+"""`fleetctl local SPEC.json --workers N [--slots S] [--html FILE]`: a whole fleet here, one command.
 
 Starts a coordinator with an embedded data dir (default `./.fleet/`), N worker processes and
 the submission, all on 127.0.0.1 with generated tokens; shows live progress (a rich display
-on a terminal, plain lines otherwise); prints the results at the end. Exit 0 only when every
+on a terminal, plain lines otherwise); prints the results at the end and, with --html, writes
+the HTML report of `fleetctl report` before the coordinator stops. Exit 0 only when every
 cell has a selected result. Ctrl-C stops every process it started, by pid; running the same
 command again resumes the same run (same spec and policy give the same run id) and selected
 cells are never executed again.
@@ -19,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from common.fleetpb import admin_pb2
+from tools.fleetctl.client import Admin, CtlError
+from tools.fleetctl.compat import local_args
+from tools.fleetctl.report_page import page_from_admin, write_page
+from tools.fleetctl.submission import SubmissionError, submit_request
+from tools.fleetctl.views import print_results, results_json, status_json
 
 POLL_S = 0.5
 PLAIN_EVERY_S = 2.0
@@ -132,9 +138,7 @@ class Progress:
 
 
 def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, bench_root: Path | None,
-              policy_path: Path | None, *, printer: Any = None) -> int:
-    from tools.fleetctl import Admin, CtlError, print_results
-
+              policy_path: Path | None, *, printer: Any = None, html: Path | None = None) -> int:
     spec_path = spec_path.resolve()
     try:
         spec_text = spec_path.read_text()
@@ -149,8 +153,6 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
     try:
         local.start()
         admin = Admin(local.address, (local.data / "coordinator" / "admin.token").read_text().strip())
-        from tools.submission import SubmissionError, submit_request
-
         try:
             req = submit_request(spec_text, policy_text, local.bench_root)
         except SubmissionError as e:
@@ -162,6 +164,9 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
             f"slots at {local.address}; data in {local.data}")
         results = watch(admin, run_id, local, say)
         print_results(results)
+        if html is not None:  # the same page as `fleetctl report RUN --html FILE`, while the coordinator is up
+            page, results, timeline = page_from_admin(admin, run_id)
+            write_page(html, page, results, timeline)
         return 0 if results["summary"]["state"] == "complete" else 3
     except KeyboardInterrupt:
         print("\nfleet local: interrupted; stopping. Run the same command again to resume.", file=sys.stderr)
@@ -174,8 +179,6 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
 def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
     """Poll the run's status (counts only, cheap for the coordinator) until it settles; then
     fetch the results once."""
-    from tools.fleetctl import results_json, status_json
-
     def poll() -> tuple[dict, dict]:
         status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
         return status["runs"][0], status
@@ -233,3 +236,18 @@ def _panel(line: str, run: dict, status: dict) -> Any:
     for w in status["workers"]:
         table.add_row(w["worker_id"], f"{'█' * w['busy_slots']}{'·' * (w['slots'] - w['busy_slots'])} {w['status']}")
     return table
+
+
+def run(args: Any) -> int:
+    """`fleetctl local SPEC --workers N [--slots S] [--data-dir D] [--bench-root B] [--policy P] [--html F]`."""
+    if args.workers < 1 or args.slots < 1:
+        raise CtlError("--workers and --slots must be at least 1")
+    # A single-host evaluator spec runs as its fleet conversion.
+    args.spec, args.bench_root, args.policy = local_args(args.spec, args.data_dir, args.bench_root, args.policy)
+    html = args.html.resolve() if args.html else None
+    if html is not None and not html.parent.is_dir():
+        raise CtlError(f"--html {args.html}: no directory {html.parent}")
+    try:
+        return run_local(args.spec, args.workers, args.slots, args.data_dir, args.bench_root, args.policy, html=html)
+    except RuntimeError as e:
+        raise CtlError(str(e)) from None

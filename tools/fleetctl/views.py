@@ -1,0 +1,225 @@
+"""A run's results and the coordinator's status as plain dicts (the JSON of `--json`, also
+what `fleetctl local` and the HTML report read), and their text tables."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from tools.fleetctl.names import RUN_STATE_NAMES, STATUS_NAMES, USAGE_NAMES
+from tools.fleetctl.stats import (
+    CI_METHODS,
+    DISAGREE_FRACTION,
+    describe,
+    disagree,
+    fmt,
+    paired_differences,
+    subject_stats,
+)
+
+
+def results_json(resp: Any) -> dict:
+    cells = []
+    for cell in resp.cells:
+        cells.append({
+            "cell_id": cell.cell_id, "task": cell.task_id, "repetition": cell.repetition, "subject": cell.subject_id,
+            "state": cell.state, "score": cell.score if cell.HasField("score") else None,
+            "status": STATUS_NAMES.get(cell.status, "unspecified") if cell.state == "selected" else None,
+            "attempt_id": cell.attempt_id or None, "worker_id": cell.worker_id or None,
+            "assignment_id": cell.assignment_id or None, "generation": cell.generation or None,
+            "dispatch_order": cell.dispatch_order or None, "attempts": cell.attempts,
+            "cost_usd": cell.cost_usd if cell.HasField("cost_usd") else None,
+            "usage": USAGE_NAMES.get(cell.usage) if cell.state == "selected" else None,
+            "incomplete_reason": cell.incomplete_reason or None,
+            "incomplete_detail": cell.incomplete_detail or None,
+            "started_ms": cell.started_ms if cell.HasField("started_ms") else None,
+            "finished_ms": cell.finished_ms if cell.HasField("finished_ms") else None,
+            "artifacts": [{"name": a.name, "digest": a.digest, "size_bytes": a.size_bytes} for a in cell.artifacts],
+        })
+    s = resp.summary
+    return {"cells": cells, "summary": {
+        "selected": s.selected, "incomplete": s.incomplete, "observed_cost_usd": s.observed_cost_usd,
+        "usage_complete": s.usage_complete, "state": RUN_STATE_NAMES.get(s.state, "unspecified"),
+        "blocked_reason": s.blocked_reason, "peak_concurrent_groups": s.peak_concurrent_groups,
+        "slots_offered": s.slots_offered, "late_reports": s.late_reports,
+        "selected_cost_usd": s.selected_cost_usd,
+        "score_range": [s.score_range_low, s.score_range_high] if s.HasField("score_range_low") else None}}
+
+
+def status_json(resp: Any) -> dict:
+    return {
+        "runs": [{"run_id": r.run_id, "state": RUN_STATE_NAMES.get(r.state), "blocked_reason": r.blocked_reason,
+                  "cells_total": r.cells_total, "cells_selected": r.cells_selected,
+                  "cells_incomplete": r.cells_incomplete, "cells_running": r.cells_running,
+                  "cells_exhausted": r.cells_exhausted, "retries": r.retries,
+                  "groups": {g.state: g.count for g in r.group_counts},
+                  "peak_concurrent_groups": r.peak_concurrent_groups, "slots_offered": r.slots_offered,
+                  "max_concurrent_groups": r.max_concurrent_groups,
+                  "environment": {"reference_id": r.environment_id or None, "reference_keys": r.reference_keys,
+                                  "pin_id": r.pin_environment_id or None, "pinned_by": r.pinned_by or None,
+                                  "pinned_age_ms": r.pinned_age_ms if r.pin_environment_id else None}}
+                 for r in resp.runs],
+        "workers": [{"worker_id": w.worker_id, "status": w.status, "incarnation": w.incarnation, "slots": w.slots,
+                     "busy_slots": w.busy_slots, "last_heartbeat_age_ms": w.last_heartbeat_age_ms,
+                     "environment_id": w.environment_id, "serves_runs": list(w.serves_runs),
+                     "refusal": {"run_id": w.refused_run_id, "reason": w.refused_reason,
+                                 "age_ms": w.refused_age_ms,
+                                 "differences": [{"key": d.key, "run": d.run_value, "worker": d.worker_value}
+                                                 for d in w.refused_differences]} if w.refused_run_id else None}
+                    for w in resp.workers],
+        "dead_letters": [{"worker_id": d.worker_id, "attempt_id": d.attempt_id, "reason": d.reason}
+                         for d in resp.dead_letters],
+    }
+
+
+def age(ms: int) -> str:
+    s = ms / 1000
+    if s < 120:
+        return f"{s:.1f}s"
+    return f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+
+
+def environment_line(env: dict) -> str:
+    ref = (f"reference {env['reference_id']} ({env['reference_keys']} keys, fixed by the submitter)"
+           if env["reference_id"] else "no reference (submitted without a manifest)")
+    pin = (f"pin {env['pin_id']} fixed by worker {env['pinned_by']} at its first dispatch, "
+           f"{age(env['pinned_age_ms'])} ago" if env["pin_id"] else "not pinned yet (pinned at the first dispatch)")
+    return f"environment: {ref}; {pin}"
+
+
+def refusal_lines(worker_id: str, refusal: dict, shown_max: int = 10) -> str:
+    lines = [f"worker {worker_id} refused by run {refusal['run_id']}: {refusal['reason']}"]
+    diffs = refusal["differences"]
+    for d in diffs[:shown_max]:
+        lines.append(f"    {d['key']}: run {d['run']}, worker {d['worker']}")
+    if len(diffs) > shown_max:
+        lines.append(f"    ... and {len(diffs) - shown_max} more (fleetctl status --json lists them)")
+    return "\n".join(lines)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
+
+
+def print_status(data: dict) -> None:
+    for r in data["runs"]:
+        g = r["groups"]
+        print(f"run {r['run_id']}: {r['state']}"
+              + (f" (blocked: {r['blocked_reason']} — repair with: fleetctl repair {r['run_id']} "
+                 f"{json.dumps(r['blocked_reason'])})" if r["blocked_reason"] else ""))
+        print(f"  cells {r['cells_selected']}/{r['cells_total']} selected, {r['cells_running']} running, "
+              f"{r['cells_incomplete']} incomplete; groups waiting {g.get('waiting', 0)}, "
+              f"assigned {g.get('assigned', 0)}, settled {g.get('settled', 0)}; "
+              f"peak {r['peak_concurrent_groups']} groups at once (cap {r['max_concurrent_groups']}, "
+              f"{r['slots_offered']} slots offered)")
+        print("  " + environment_line(r["environment"]))
+    if data["workers"]:
+        print(table([[w["worker_id"], w["status"], w["incarnation"], f"{w['busy_slots']}/{w['slots']}",
+                      age(w["last_heartbeat_age_ms"]), w["environment_id"], len(w["serves_runs"]),
+                      f"{w['refusal']['run_id']} {age(w['refusal']['age_ms'])} ago" if w["refusal"] else "-"]
+                     for w in data["workers"]],
+                    ["worker", "status", "incarnation", "busy", "last heard", "environment", "serves", "refused by"]))
+        for w in data["workers"]:
+            if w["refusal"]:
+                print(refusal_lines(w["worker_id"], w["refusal"]))
+    else:
+        print("no workers registered")
+    for d in data["dead_letters"]:
+        print(f"dead letter: worker {d['worker_id']} attempt {d['attempt_id']}: {d['reason']}")
+
+
+def print_results(data: dict, ci: str = "t") -> None:
+    """The cells, then per subject the mean score and pass rate with 95% intervals (`ci`: "t",
+    the analytic intervals, or "bootstrap", the seeded cluster bootstrap, with the analytic
+    interval beside it wherever the two disagree), paired differences, incomplete cells."""
+    assert ci in CI_METHODS, ci
+    print_cells(data)
+    score_range = data["summary"].get("score_range")
+    boot = ci == "bootstrap"
+    stats = subject_stats(data["cells"], score_range, bootstrap=boot)
+    print()
+    print(table([[s.subject, s.selected, s.incomplete, fmt(s.score_bootstrap if boot else s.score),
+                  fmt(s.pass_rate_bootstrap if boot else s.pass_rate, percent=True)] for s in stats],
+                ["subject", "selected", "incomplete", "mean score [95% CI, clustered by task]", "pass rate [95% CI]"]))
+    diffs = paired_differences(data["cells"], score_range, bootstrap=boot)
+    if diffs:
+        print()
+        print(table([[f"{d.a} - {d.b}", d.difference.n, fmt(d.bootstrap if boot else d.difference)] for d in diffs],
+                    ["paired difference", "pairs", "mean [95% CI]"]))
+    outside = scores_outside(data["cells"], score_range)
+    if outside:
+        print(f"\nwarning: {len(outside)} selected scores lie outside the declared benchmark.scoreRange "
+              f"{score_range} (e.g. {outside[0]['cell_id']}: {outside[0]['score']:g}); intervals are still cut to it")
+    if stats:
+        first = stats[0]
+        print(f"\nintervals: mean score: {describe(first.score_bootstrap if boot else first.score)}; "
+              f"pass rate: {describe(first.pass_rate_bootstrap if boot else first.pass_rate)}"
+              + ("" if score_range is not None else "; the spec declares no benchmark.scoreRange"))
+    if boot:
+        shown = [(f"{s.subject} mean score", s.score, s.score_bootstrap, False) for s in stats]
+        shown += [(f"{s.subject} pass rate", s.pass_rate, s.pass_rate_bootstrap, True) for s in stats]
+        shown += [(f"{d.a} - {d.b}", d.difference, d.bootstrap, False) for d in diffs]
+        split = [(name, a, b, pct) for name, a, b, pct in shown if b is not None and disagree(a, b)]
+        if split:
+            print(f"bootstrap and analytic intervals differ by more than {DISAGREE_FRACTION:g} of the range "
+                  "(few tasks, or scores piled at a bound): both are shown")
+            for name, a, b, pct in split:
+                print(f"  {name}: bootstrap {fmt(b, percent=pct)}; {describe(a)} {fmt(a, percent=pct)}")
+    incomplete = [c for c in data["cells"] if c["state"] != "selected"]
+    if incomplete:
+        print("\nincomplete cells (not counted as zero):")
+        for c in incomplete:
+            print(f"  {c['cell_id']}: {c['incomplete_reason']} after {c['attempts']} attempts")
+    print_summary(data["summary"])
+
+
+def results_csv(data: dict) -> str:
+    out = io.StringIO()
+    fields = ["cell_id", "task", "repetition", "subject", "state", "score", "status", "attempts", "attempt_id",
+              "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason"]
+    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for cell in data["cells"]:
+        w.writerow(cell)
+    return out.getvalue()
+
+
+def scores_outside(cells: list[dict], score_range: list[float] | None) -> list[dict]:
+    """Selected cells whose score breaks the spec's declared range (a verifier's bug, or a wrong range)."""
+    if score_range is None:
+        return []
+    lo, hi = score_range
+    return [c for c in cells if c["state"] == "selected" and not lo <= c["score"] <= hi]
+
+
+def with_stats(data: dict, ci: str = "t") -> dict:
+    assert ci in CI_METHODS, ci
+    data = dict(data)
+    score_range, boot = data["summary"].get("score_range"), ci == "bootstrap"
+    data["subjects"] = [s.as_dict() for s in subject_stats(data["cells"], score_range, bootstrap=boot)]
+    data["paired_differences"] = [d.as_dict() for d in paired_differences(data["cells"], score_range, bootstrap=boot)]
+    data["scores_outside_range"] = [c["cell_id"] for c in scores_outside(data["cells"], score_range)]
+    return data
+
+
+def print_cells(data: dict) -> None:
+    rows = []
+    for cell in data["cells"]:
+        if cell["state"] == "selected":
+            rows.append([cell["cell_id"], f"{cell['score']:g}", cell["status"], cell["worker_id"],
+                         f"g{cell['generation']}", cell["attempts"],
+                         "" if cell["cost_usd"] is None else f"{cell['cost_usd']:.4f}"])
+        else:
+            rows.append([cell["cell_id"], "-", f"incomplete: {cell['incomplete_reason']}", "", "", cell["attempts"], ""])
+    print(table(rows, ["cell", "score", "status", "worker", "gen", "attempts", "cost_usd"]))
+
+
+def print_summary(s: dict) -> None:
+    print(f"\n{s['selected']} selected, {s['incomplete']} incomplete; run {s['state']}"
+          f"{' (blocked: ' + s['blocked_reason'] + ')' if s['blocked_reason'] else ''}; observed cost "
+          f"${s['observed_cost_usd']:.4f}{'' if s['usage_complete'] else ' (usage incomplete: the true cost is higher or unknown)'}"
+          f"; {s['late_reports']} late reports")

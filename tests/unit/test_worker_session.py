@@ -581,11 +581,11 @@ def test_an_unavailable_coordinator_is_retried(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
-def test_a_permanent_refusal_makes_fleet_worker_exit_2_with_one_clear_line(tmp_path: Path) -> None:
+def test_a_permanent_refusal_makes_fleet_worker_exit_77_with_one_clear_line(tmp_path: Path) -> None:
     async def go() -> None:
         fake = FakeCoordinator()
         fake.refuse = (grpc.StatusCode.FAILED_PRECONDITION,
-                       "ENVIRONMENT_MISMATCH: worker environment env-x matches no open run")
+                       "INCARNATION_STALE: incarnation 1 is older than the registered 2")
         async with serving(fake) as port:
             (tmp_path / "token").write_text(ENROLL)
             proc = await asyncio.create_subprocess_exec(
@@ -595,11 +595,11 @@ def test_a_permanent_refusal_makes_fleet_worker_exit_2_with_one_clear_line(tmp_p
                 cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": str(REPO)})
             out, err = await asyncio.wait_for(proc.communicate(), 20)
-            assert proc.returncode == 2, err.decode()
+            assert proc.returncode == 77, err.decode()  # worker/main.py EXIT_REFUSED
             lines = [json.loads(line) for line in err.decode().splitlines() if line.strip()]
             errors = [line for line in lines if line.get("level") == "error"]
             assert len(errors) == 1, lines
-            assert "FAILED_PRECONDITION" in errors[0]["event"] and "ENVIRONMENT_MISMATCH" in errors[0]["event"]
+            assert "FAILED_PRECONDITION" in errors[0]["event"] and "INCARNATION_STALE" in errors[0]["event"]
             assert len(fake.streams) == 1, "a permanent refusal is not retried"
 
     asyncio.run(go())

@@ -11,7 +11,7 @@ from common.identity import manifest_id
 from coordinator.core import summarize
 from coordinator.core.summary import run_counts
 from coordinator.core.machine import liveness_policy
-from coordinator.core.state import State
+from coordinator.core.state import State, WorkerStatus
 from coordinator.logcodec import report_to_proto
 
 RUN_STATES = {"running": admin_pb2.RUN_STATE_RUNNING, "paused": admin_pb2.RUN_STATE_PAUSED,
@@ -47,12 +47,15 @@ def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatus
     for wid, w in state.workers.items():
         # What was really heard last: a restart forgets soft state, and then a worker that
         # expired or left says when, one still registered when it registered.
-        last = state.soft.contact_ms.get(wid) or w.left_ms or w.registered_ms
+        last = state.soft.contact_ms.get(wid)
+        if last is None:
+            last = w.left_ms or w.registered_ms
         ws = admin_pb2.WorkerStatus(
             worker_id=wid, status=w.status.name.lower() + (" draining" if w.draining else ""),
             incarnation=w.incarnation, slots=w.slots, busy_slots=len(w.assignments),
             last_heartbeat_age_ms=max(0, now_ms - last), environment_id=w.environment_id,
-            serves_runs=[r for r in w.fits if _serves(state, r, w)])
+            serves_runs=[r for r in w.fits if w.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED)
+                         and _serves(state, r, w)])
         if w.refusal is not None:
             ws.refused_run_id, ws.refused_reason = w.refusal.run_id, w.refusal.reason
             ws.refused_age_ms = max(0, now_ms - w.refusal.at_ms)

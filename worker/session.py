@@ -219,6 +219,7 @@ class _Stream:
         self._items: deque[tuple[str, Any, asyncio.Future[coordinator_pb2.Ack] | None]] = deque()
         self._cond = asyncio.Condition()
         self._heartbeat_due = False
+        self.said_goodbye = False
         self.durable: set[str] = set()  # digests acknowledged as durable on this stream
         self.uploading: dict[str, asyncio.Event] = {}  # digest -> set when that upload ends
         self.upload_slots = asyncio.Semaphore(UPLOADS_IN_FLIGHT_MAX)
@@ -266,8 +267,10 @@ class _Stream:
     async def writer(self, heartbeat: Callable[[], coordinator_pb2.Heartbeat]) -> None:
         while True:
             async with self._cond:
-                await self._cond.wait_for(lambda: self._heartbeat_due or bool(self._items))
-                if self._heartbeat_due:
+                # Nothing follows a goodbye, not even a heartbeat.
+                await self._cond.wait_for(lambda: (self._heartbeat_due and not self.said_goodbye)
+                                          or bool(self._items))
+                if self._heartbeat_due and not self.said_goodbye:
                     self._heartbeat_due = False
                     name, msg, fut = "heartbeat", heartbeat(), None
                 else:
@@ -276,6 +279,8 @@ class _Stream:
             frame = self._frame(name, msg)
             if fut is not None:
                 self._acks[frame.seq] = fut
+            if name == "goodbye":
+                self.said_goodbye = True
             await self.call.write(frame)
 
     def on_ack(self, ack: coordinator_pb2.Ack) -> bool:

@@ -19,7 +19,7 @@ JSON (keys sorted, no spaces) of exactly those components.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from common.spec import canonical_json
 
@@ -29,6 +29,33 @@ WORKER_KEY_PREFIXES = ("tool:",)
 # The key kinds a worker measures from its bench root when offered a run.
 REFERENCE_KEY_PREFIXES = ("bench.file:", "bench.taskdir:", "python.module:", "harbor.task:", "executor.kind")
 CELL_ENVIRONMENT_ID_HEX_CHARS = 16
+
+
+# The value of a key a side did not measure, in differences and pins.
+NOT_MEASURED = "(not measured)"
+
+
+def pin_components(environment: Iterable[tuple[str, str]], environment_match: str,
+                   measured: Mapping[str, str], worker_keys: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """What a run pins of a worker at its first dispatch (and compares with every later
+    worker): its Hello environment (only the cell-environment part when the run's policy says
+    environmentMatch "cell"), and the run's keys only workers measure. The coordinator's core
+    and `fleet-worker identity --against` both use this one rule."""
+    env = tuple(environment)
+    if environment_match == "cell":
+        env = tuple(kv for kv in env if kv[0].startswith(CELL_ENVIRONMENT_PREFIXES))
+    extra = tuple((k, measured.get(k, NOT_MEASURED)) for k in worker_keys)
+    return tuple(sorted(env + extra))
+
+
+def differences(want: Iterable[tuple[str, str]] | Mapping[str, str], got: Iterable[tuple[str, str]] | Mapping[str, str],
+                *, every_key: bool = False) -> tuple[tuple[str, str, str], ...]:
+    """(key, wanted, got) for each wanted key whose value differs, sorted by key; with
+    `every_key`, also for keys only `got` has (a pin compares whole environments)."""
+    w = dict(want.items() if isinstance(want, Mapping) else want)
+    g = dict(got.items() if isinstance(got, Mapping) else got)
+    keys = sorted(dict.fromkeys([*w, *g])) if every_key else sorted(w)
+    return tuple((k, w.get(k, NOT_MEASURED), g.get(k, NOT_MEASURED)) for k in keys if w.get(k) != g.get(k))
 
 
 def manifest_id(manifest: Mapping[str, str]) -> str:

@@ -7,6 +7,7 @@ strict: a frame that misses a required field or carries an out-of-range value be
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from common.evidence import Report
 from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2

@@ -159,10 +159,6 @@ def _inside(root: Path, rel: str, *, resolve: bool = True) -> Path | None:
     return real if real != base and real.is_relative_to(base) else None
 
 
-def differences(want: Mapping[str, str], got: Mapping[str, str]) -> list[tuple[str, str, str]]:
-    """(key, wanted, got) for every wanted key whose measured value differs."""
-    return [(k, v, got.get(k, "(not measured)")) for k, v in sorted(want.items()) if got.get(k) != v]
-
 
 def describe(spec_document: Mapping, bench_root: Path, *, path: str | None = None) -> str:
     """Pretty JSON of the manifest and its id, for `fleet-worker identity`."""

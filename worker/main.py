@@ -80,8 +80,8 @@ def _identity_against(args: Any, manifest: dict[str, str]) -> int:
     import grpc
 
     from common.fleetpb import coordinator_pb2, coordinator_pb2_grpc
-    from common.identity import CELL_ENVIRONMENT_PREFIXES
-    from worker.identity import differences, measure_keys
+    from common.identity import differences, pin_components
+    from worker.identity import measure_keys
 
     if not args.token_file:
         _say("--against needs --token-file (the enrollment token or the worker credential)")
@@ -106,13 +106,10 @@ def _identity_against(args: Any, manifest: dict[str, str]) -> int:
         channel.close()
     reference = {c.key: c.value for c in run.reference}
     measured = measure_keys([*reference, *run.worker_keys], os.path.abspath(args.bench_root), path=args.command_path)
-    env = dict(manifest)
-    if run.environment_match == "cell":
-        env = {k: v for k, v in env.items() if k.startswith(CELL_ENVIRONMENT_PREFIXES)}
-    mine = {**env, **{k: measured[k] for k in run.worker_keys}}
+    mine = pin_components(sorted(manifest.items()), run.environment_match, measured, run.worker_keys)
     pin = {c.key: c.value for c in run.pin}
     ref_diffs = differences(reference, measured)
-    pin_diffs = differences(pin, mine) + [(k, "(not pinned)", v) for k, v in sorted(mine.items()) if pin and k not in pin]
+    pin_diffs = differences(pin, mine, every_key=True) if pin else ()
     out = {"run": run.run_id, "serves": not ref_diffs and not pin_diffs,
            "reference": {"keys": len(reference), "differences": [list(d) for d in ref_diffs]},
            "pin": {"pinned_by": run.pinned_by or None, "differences": [list(d) for d in pin_diffs]}}

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
-from common.identity import CELL_ENVIRONMENT_PREFIXES
+from common.identity import differences, pin_components
 from common.ids import AssignmentId, WorkerId, assignment_id_for, attempt_id_for, is_digest
 from common.policy import Policy, group_deadline_for
 from common.rejections import Rejection
@@ -52,7 +52,6 @@ from coordinator.core.state import (
     CellState,
     GroupState,
     GroupStatus,
-    NOT_MEASURED,
     Refusal,
     RunFit,
     RunState,
@@ -212,23 +211,8 @@ def _offer(run: RunState, worker: WorkerState) -> OfferRun:
     return OfferRun(worker.worker_id, run.run_id, tuple(run.manifest) + run.worker_keys)
 
 
-def _pin_components(run: RunState, worker: WorkerState, measured: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """What a run pins at its first dispatch: the worker's spec-independent environment (only
-    its cell-environment part when the policy says environmentMatch "cell"), and the keys of
-    the spec only workers measure."""
-    env = worker.environment
-    if run.policy.environment_match == "cell":
-        env = tuple(kv for kv in env if kv[0].startswith(CELL_ENVIRONMENT_PREFIXES))
-    extra = tuple((k, measured.get(k, NOT_MEASURED)) for k in run.worker_keys)
-    return tuple(sorted(env + extra))
-
-
-def _differences(want: tuple[tuple[str, str], ...] | dict[str, str],
-                 got: tuple[tuple[str, str], ...] | dict[str, str]) -> tuple[tuple[str, str, str], ...]:
-    """(key, wanted, got) for every key of either side whose values differ."""
-    w, g = dict(want), dict(got)
-    return tuple((k, w.get(k, NOT_MEASURED), g.get(k, NOT_MEASURED))
-                 for k in sorted(dict.fromkeys([*w, *g])) if w.get(k) != g.get(k))
+def _differences(want: tuple[tuple[str, str], ...], got: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str, str], ...]:
+    return differences(want, got, every_key=True)
 
 
 def _refuse(run: RunState, worker: WorkerState, reason: str, differences: tuple, now: int, fx: Fx) -> None:
@@ -259,19 +243,18 @@ def _run_environment_measured(state: State, cmd: c.RunEnvironmentMeasured, fx: F
     measured = dict(cmd.measured)
     if len(measured) != len(cmd.measured):
         return rejected(Rejection.MALFORMED_FRAME, "the measurement repeats a key")
-    differences = tuple((k, want, measured.get(k, NOT_MEASURED)) for k, want in run.manifest.items()
-                        if measured.get(k, NOT_MEASURED) != want)
+    found = differences(run.manifest, measured)
     required = run.policy.required_environment_id
     if required and worker.environment_id != required:
-        differences += (("environment_id", required, worker.environment_id),)
-    fit = RunFit(_pin_components(run, worker, measured), differences)
+        found += (("environment_id", required, worker.environment_id),)
+    fit = RunFit(pin_components(worker.environment, run.policy.environment_match, measured, run.worker_keys), found)
     if worker.fits.get(run.run_id) == fit:
         return DUPLICATE
     worker.fits[run.run_id] = fit
     state.version += 1
-    if differences:
+    if found:
         _refuse(run, worker, "the worker's measurement of what the run uses differs from the submitter's",
-                differences, cmd.now_ms, fx)
+                found, cmd.now_ms, fx)
         return ACCEPTED
     if run.pin is not None and fit.components != run.pin:
         _refuse(run, worker, _pin_refusal(run, fit), _differences(run.pin, fit.components), cmd.now_ms, fx)

@@ -94,7 +94,6 @@ class AssignmentState:
 # One way a worker's measurement differs from what a run requires: (key, run's value,
 # worker's value); a key the worker did not measure has the value NOT_MEASURED.
 Difference = tuple[str, str, str]
-NOT_MEASURED = "(not measured)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ from common.ids import WorkerId
 from common.rejections import Rejection
 from coordinator.core import commands as c
 from coordinator.core.effects import DUPLICATE, OutcomeKind
-from coordinator.core.state import NOT_MEASURED, WorkerStatus
+from common.identity import NOT_MEASURED
+from coordinator.core.state import WorkerStatus
 from tests.unit.core_helpers import (
     EXPIRE_MS,
     MANIFEST,

@@ -29,7 +29,6 @@ from tests.unit.core_helpers import (
     EVIDENCE,
     EXPIRE_MS,
     OK,
-    OTHER_ENV,
     UNKNOWN,
     Core,
     artifact,

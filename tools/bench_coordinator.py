@@ -232,7 +232,7 @@ def hottest(path: Path, top: int = 8) -> list[str]:
             name, file = frames[-1]
             own[f"{name} ({file.rsplit('/', 1)[-1]})"] += n
         for name, file in set(frames):
-            if file.startswith(("coordinator/", "common/")) and name not in ("main", "Actor._main", "Actor._serve"):
+            if file.startswith(("coordinator/", "common/", "worker/")) and name not in ("main", "Actor._main", "Actor._serve"):
                 inclusive[f"{name} ({file})"] += n
     if not total:
         return ["(no samples)"]
@@ -668,7 +668,7 @@ class Clients:
 def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
     say(f"W1: {sz.w1_groups} groups x {SUBJECTS} no-op python cells, 4 fleet-worker processes x 2 slots, "
         f"{sz.w1_repeats} run(s)")
-    rates, coord_cpu, worker_cpu = [], [], []
+    rates, coord_cpu, worker_cpu, coord_k, worker_k = [], [], [], [], []
     for rep in range(sz.w1_repeats):
         r = root / f"w1-{rep}"
         coord = Coordinator(r)
@@ -686,8 +686,8 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
             cells = sz.w1_groups * SUBJECTS
             cpu0 = cpu_seconds(coord.pid)
             wcpu0 = sum(cpu_seconds(w.pid) for w in workers)
-            prof = Profiler(profile, f"w1-{rep}", coord.pid, 8)
-            wprof = Profiler(profile, f"w1-{rep}-worker-w0", workers[0].pid, 8)
+            prof = Profiler(profile, f"w1-{rep}", coord.pid, 12)
+            wprof = Profiler(profile, f"w1-{rep}-worker-w0", workers[0].pid, 12)
             t0 = mono()
             run_id = coord.submit(spec)
             selected = 0
@@ -706,6 +706,8 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
             elapsed = t1 - t0
             coord_cpu.append((cpu_seconds(coord.pid) - cpu0) / elapsed)
             worker_cpu.append((sum(cpu_seconds(w.pid) for w in workers) - wcpu0) / elapsed)
+            coord_k.append(coord_cpu[-1] * elapsed / cells * 1000)
+            worker_k.append(worker_cpu[-1] * elapsed / cells * 1000)
             prof.finish()
             wprof.finish()
             res = coord.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id))
@@ -715,7 +717,8 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
                                    f"(usage complete: {res.summary.usage_complete})")
             rates.append(cells / elapsed)
             say(f"  run {rep + 1}: {cells} cells in {elapsed:.2f} s = {cells / elapsed:.0f} cells/s "
-                f"(coordinator {100 * coord_cpu[-1]:.0f}% of a core, 4 workers {100 * worker_cpu[-1]:.0f}%)")
+                f"(coordinator {100 * coord_cpu[-1]:.0f}% of a core, 4 workers {100 * worker_cpu[-1]:.0f}%; CPU per "
+                f"1,000 cells: coordinator {coord_k[-1]:.2f} s, workers {worker_k[-1]:.2f} s)")
         finally:
             for w in workers:
                 w.stop(60)
@@ -723,7 +726,9 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
     med = statistics.median(rates)
     return {"w1_cells_per_s": med, "w1_runs": rates, "w1_vs_dask": med / DASK_CELLS_S,
             "w1_vs_celery": med / CELERY_CELLS_S, "w1_coordinator_cpu": statistics.median(coord_cpu),
-            "w1_workers_cpu": statistics.median(worker_cpu)}
+            "w1_workers_cpu": statistics.median(worker_cpu),
+            "w1_coordinator_cpu_s_per_1000": statistics.median(coord_k),
+            "w1_workers_cpu_s_per_1000": statistics.median(worker_k)}
 
 
 # ---- group commit ------------------------------------------------------------------------------

@@ -41,6 +41,11 @@ SPEC_BYTES_MAX = 64 << 20  # Admin submit of a very large spec travels unary, no
 ARTIFACT_BYTES_MAX = 1 << 30  # One artifact file; larger logs should be compressed by the adapter.
 ARTIFACTS_PER_REPORT_MAX = 256
 OUTBOX_ENTRIES_MAX = 100_000
+# Group commit of the worker's outbox: after the first queued operation the writer waits this
+# long for more (the cells of a group finish within a millisecond or so of each other), and
+# takes at most this many into one transaction and one fsync.
+OUTBOX_GROUP_COMMIT_WAIT_MS = 1
+OUTBOX_GROUP_COMMIT_OPS_MAX = 512
 UPLOADS_IN_FLIGHT_MAX = 4
 ACTOR_QUEUE_COMMANDS_MAX = 10_000
 COMMIT_BATCH_COMMANDS_MAX = 512

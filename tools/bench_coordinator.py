@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import hashlib
 import json
 import os
@@ -1233,12 +1234,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch-interval-ms", type=float, default=0.0,
                     help="commit only: run its coordinators with sys.setswitchinterval(MS) (default: Python's 5 ms)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, data dirs)")
+    ap.add_argument("--w1-repeats", type=int, default=0, help="runs of W1 per system (default: 3, --quick 1)")
     a = ap.parse_args(argv)
     names = NAMES if not a.only else tuple(n.strip() for n in a.only.split(","))
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         ap.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(NAMES)}")
     sz = QUICK if a.quick else FULL
+    if a.w1_repeats:
+        sz = dataclasses.replace(sz, w1_repeats=a.w1_repeats)
     Profiler.gil = a.profile_gil
     Coordinator.switch_interval_ms = a.switch_interval_ms
     root = Path(tempfile.mkdtemp(prefix="fleet-bench-"))

@@ -25,20 +25,22 @@ path and what to do; the failed transaction is aborted, so nothing partial is vi
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
 import hashlib
 import logging
 import os
+import queue
 import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import lmdb
 
@@ -52,6 +54,8 @@ from common.limits import (
     DEAD_LETTERS_MAX,
     FINISHED_ASSIGNMENTS_KEPT_MAX,
     OUTBOX_ENTRIES_MAX,
+    OUTBOX_GROUP_COMMIT_OPS_MAX,
+    OUTBOX_GROUP_COMMIT_WAIT_MS,
     WORKER_RECORD_BYTES_MAX,
     WORKER_STATE_MAP_BYTES,
 )
@@ -269,6 +273,27 @@ def _storage_error(path: Path, action: str, exc: BaseException) -> OutboxStorage
 
 
 @dataclass(slots=True)
+class _Op:
+    """One group-committed operation: its body runs inside the batch's transaction and returns
+    (value, digests freed); `fut` is resolved on `loop` after the commit."""
+
+    action: str
+    body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]]
+    loop: asyncio.AbstractEventLoop
+    fut: asyncio.Future[Any]
+
+
+def _resolve(done: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in done:
+        if fut.done():
+            continue  # its waiter was cancelled; the operation is committed all the same
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+@dataclass(slots=True)
 class _Staged:
     """One artifact copied and hashed into artifacts/tmp, not yet placed."""
 
@@ -299,6 +324,9 @@ class WorkerState:
         self._cas_dir = state_dir / "artifacts" / "sha256"
         self._tmp_dir = state_dir / "artifacts" / "tmp"
         self._credential_path = state_dir / "credential"
+        self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_start = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -409,6 +437,7 @@ class WorkerState:
 
     def close(self) -> None:
         """Close the database and release the lock. Idempotent."""
+        self._stop_writer()
         if self._env is not None:
             self._env.close()
             self._env = None
@@ -526,25 +555,28 @@ class WorkerState:
         or already finished): nothing is written. A different payload for an active id
         raises `AssignmentConflict`.
         """
+        with self._write_lock, self._write("record an assignment") as txn:
+            return self._record_assignment(txn, assignment_id, payload)
+
+    def _record_assignment(self, txn: lmdb.Transaction, assignment_id: AssignmentId, payload: bytes) -> bool:
         _check_id("assignment id", assignment_id)
         _check_record("assignment", payload)
         key = _id_key(assignment_id)
-        with self._write_lock, self._write("record an assignment") as txn:
-            if txn.get(key, db=self._db["finished_by_id"]) is not None:
-                return False
-            raw = txn.get(key, db=self._db["assign_by_id"])
-            if raw is not None:
-                held_id, held_payload = _unpack(txn.get(raw, db=self._db["assign"]))
-                assert held_id.decode() == assignment_id, "assignment id hash collision"
-                if held_payload != payload:
-                    raise AssignmentConflict(
-                        f"assignment {assignment_id!r} is already recorded with a different "
-                        "payload; an assignment id names one dispatch and never changes"
-                    )
-                return False
-            seq = _U64.pack(self._next(txn, b"assign_seq"))
-            txn.put(seq, _pack(assignment_id.encode(), payload), db=self._db["assign"])
-            txn.put(key, seq, db=self._db["assign_by_id"])
+        if txn.get(key, db=self._db["finished_by_id"]) is not None:
+            return False
+        raw = txn.get(key, db=self._db["assign_by_id"])
+        if raw is not None:
+            held_id, held_payload = _unpack(txn.get(raw, db=self._db["assign"]))
+            assert held_id.decode() == assignment_id, "assignment id hash collision"
+            if held_payload != payload:
+                raise AssignmentConflict(
+                    f"assignment {assignment_id!r} is already recorded with a different "
+                    "payload; an assignment id names one dispatch and never changes"
+                )
+            return False
+        seq = _U64.pack(self._next(txn, b"assign_seq"))
+        txn.put(seq, _pack(assignment_id.encode(), payload), db=self._db["assign"])
+        txn.put(key, seq, db=self._db["assign_by_id"])
         return True
 
     def assignments(self) -> list[tuple[AssignmentId, bytes]]:
@@ -558,23 +590,26 @@ class WorkerState:
 
     def finish_assignment(self, assignment_id: AssignmentId) -> None:
         """Mark an assignment finished (idempotent); its id is kept in a bounded ring."""
+        with self._write_lock, self._write("finish an assignment") as txn:
+            self._finish_assignment(txn, assignment_id)
+
+    def _finish_assignment(self, txn: lmdb.Transaction, assignment_id: AssignmentId) -> None:
         _check_id("assignment id", assignment_id)
         key = _id_key(assignment_id)
-        with self._write_lock, self._write("finish an assignment") as txn:
-            self._drop_active(txn, key)
-            if txn.get(key, db=self._db["finished_by_id"]) is not None:
-                return
-            counter = _U64.pack(self._next(txn, b"finished_seq"))
-            txn.put(counter, assignment_id.encode(), db=self._db["finished"])
-            txn.put(key, counter, db=self._db["finished_by_id"])
-            excess = txn.stat(self._db["finished"])["entries"] - FINISHED_ASSIGNMENTS_KEPT_MAX
-            if excess > 0:
-                cur = txn.cursor(db=self._db["finished"])
-                cur.first()
-                for _ in range(excess):
-                    old_id = cur.value()
-                    txn.delete(_id_key(old_id.decode()), db=self._db["finished_by_id"])
-                    cur.delete()
+        self._drop_active(txn, key)
+        if txn.get(key, db=self._db["finished_by_id"]) is not None:
+            return
+        counter = _U64.pack(self._next(txn, b"finished_seq"))
+        txn.put(counter, assignment_id.encode(), db=self._db["finished"])
+        txn.put(key, counter, db=self._db["finished_by_id"])
+        excess = txn.stat(self._db["finished"])["entries"] - FINISHED_ASSIGNMENTS_KEPT_MAX
+        if excess > 0:
+            cur = txn.cursor(db=self._db["finished"])
+            cur.first()
+            for _ in range(excess):
+                old_id = cur.value()
+                txn.delete(_id_key(old_id.decode()), db=self._db["finished_by_id"])
+                cur.delete()
 
     def was_finished(self, assignment_id: AssignmentId) -> bool:
         with self._read() as txn:
@@ -744,24 +779,7 @@ class WorkerState:
                 while staged:
                     self._place(staged.pop(0), placed)
                 with self._write("record a report") as txn:
-                    existing = self._lookup(txn, key)
-                    if existing is not None:
-                        entry = existing
-                        candidate = OutboxEntry(existing.seq, attempt_id, assignment_id, payload,
-                                                artifacts)
-                        if not existing.same_content(candidate):
-                            raise OutboxConflict(
-                                f"attempt {attempt_id!r} is already in the outbox with different "
-                                "content; one attempt has one report"
-                            )
-                    else:
-                        if txn.stat(self._db["outbox"])["entries"] >= self._entries_max:
-                            raise self._full()
-                        seq = self._next(txn, b"outbox_seq")
-                        entry = OutboxEntry(seq, attempt_id, assignment_id, payload, artifacts)
-                        txn.put(_U64.pack(seq), _encode_entry(entry), db=self._db["outbox"])
-                        txn.put(key, _PENDING + _U64.pack(seq), db=self._db["by_attempt"])
-                        self._add_refs(txn, artifacts)
+                    entry = self._put_entry(txn, key, attempt_id, assignment_id, payload, artifacts)
                 committed = True
             finally:
                 for s in staged:
@@ -771,6 +789,27 @@ class WorkerState:
                     # older entry references the same digest.
                     with contextlib.suppress(OutboxStorageError), self._read() as rtxn:
                         self._delete_unreferenced(rtxn, placed)
+        return entry
+
+    def _put_entry(self, txn: lmdb.Transaction, key: bytes, attempt_id: AttemptId, assignment_id: AssignmentId,
+                   payload: bytes, artifacts: tuple[ArtifactRef, ...]) -> OutboxEntry:
+        """The write of `put_report`, inside the caller's transaction: checks first, then writes."""
+        existing = self._lookup(txn, key)
+        if existing is not None:
+            candidate = OutboxEntry(existing.seq, attempt_id, assignment_id, payload, artifacts)
+            if not existing.same_content(candidate):
+                raise OutboxConflict(
+                    f"attempt {attempt_id!r} is already in the outbox with different "
+                    "content; one attempt has one report"
+                )
+            return existing
+        if txn.stat(self._db["outbox"])["entries"] >= self._entries_max:
+            raise self._full()
+        seq = self._next(txn, b"outbox_seq")
+        entry = OutboxEntry(seq, attempt_id, assignment_id, payload, artifacts)
+        txn.put(_U64.pack(seq), _encode_entry(entry), db=self._db["outbox"])
+        txn.put(key, _PENDING + _U64.pack(seq), db=self._db["by_attempt"])
+        self._add_refs(txn, artifacts)
         return entry
 
     def _full(self) -> OutboxFull:
@@ -827,20 +866,25 @@ class WorkerState:
 
         False if the attempt is not pending (a repeated acknowledgement after a replay).
         """
-        key = _id_key(attempt_id)
         with self._write_lock:
             with self._write("acknowledge a report") as txn:
-                raw = txn.get(key, db=self._db["by_attempt"])
-                if raw is None or raw[:1] != _PENDING:
-                    return False
-                seq = raw[1:]
-                entry = _decode_entry(_U64.unpack(seq)[0], txn.get(seq, db=self._db["outbox"]))
-                assert entry.attempt_id == attempt_id, "attempt id hash collision"
-                txn.delete(seq, db=self._db["outbox"])
-                txn.delete(key, db=self._db["by_attempt"])
-                freed = self._drop_refs(txn, entry.artifacts)
+                found, freed = self._ack(txn, attempt_id)
             self._delete_unreferenced(None, freed)
-        return True
+        return found
+
+    def _ack(self, txn: lmdb.Transaction, attempt_id: AttemptId) -> tuple[bool, list[Digest]]:
+        """The write of `ack`: whether the attempt was pending, and the digests it freed
+        (their files are deleted after the commit)."""
+        key = _id_key(attempt_id)
+        raw = txn.get(key, db=self._db["by_attempt"])
+        if raw is None or raw[:1] != _PENDING:
+            return False, []
+        seq = raw[1:]
+        entry = _decode_entry(_U64.unpack(seq)[0], txn.get(seq, db=self._db["outbox"]))
+        assert entry.attempt_id == attempt_id, "attempt id hash collision"
+        txn.delete(seq, db=self._db["outbox"])
+        txn.delete(key, db=self._db["by_attempt"])
+        return True, self._drop_refs(txn, entry.artifacts)
 
     def dead_letter(self, attempt_id: AttemptId, reason: str, *, now_ms: int | None = None) -> bool:
         """Set a pending entry aside with its reason, so it no longer blocks the queue.
@@ -881,6 +925,122 @@ class WorkerState:
     def dead_letters(self) -> list[DeadLetter]:
         with self._read() as txn:
             return [_decode_dead(_U64.unpack(k)[0], v) for k, v in txn.cursor(db=self._db["dead"])]
+
+    # -- group commit: the asynchronous entry points ------------------------------------
+    #
+    # One writer thread takes every operation queued (and whatever else arrives within
+    # OUTBOX_GROUP_COMMIT_WAIT_MS of the first) and applies them in ONE write transaction,
+    # each in a nested transaction of its own, then commits once: one fsync for the lot.
+    # An operation's expected failure (a conflict, a full outbox, a bad id) aborts only its
+    # nested transaction; a storage error aborts the whole batch and fails every operation
+    # in it. Each waiting coroutine is resumed only after the commit, so "returns once
+    # durable" holds for these exactly as for the synchronous methods; completions go back
+    # to the event loop in one call per batch, not one thread hop per operation.
+
+    async def put_report_async(self, attempt_id: AttemptId, assignment_id: AssignmentId, payload: bytes,
+                               files: Sequence[tuple[str, Path]]) -> OutboxEntry:
+        """`put_report`, group-committed. With files the copy and fsync of the files come
+        first, so that path stays `put_report` in a thread of its own."""
+        if files:
+            return await asyncio.to_thread(self.put_report, attempt_id, assignment_id, payload, files)
+        _check_id("attempt id", attempt_id)
+        _check_id("assignment id", assignment_id)
+        _check_record("report", payload)
+        key = _id_key(attempt_id)
+        entry: OutboxEntry = await self._group(
+            "record a report", lambda txn: (self._put_entry(txn, key, attempt_id, assignment_id, payload, ()), ()))
+        return entry
+
+    async def ack_async(self, attempt_id: AttemptId) -> bool:
+        """`ack`, group-committed (acks of one AckBatch share a transaction)."""
+        found: bool = await self._group("acknowledge a report", lambda txn: self._ack(txn, attempt_id))
+        return found
+
+    async def record_assignment_async(self, assignment_id: AssignmentId, payload: bytes) -> bool:
+        fresh: bool = await self._group("record an assignment",
+                                        lambda txn: (self._record_assignment(txn, assignment_id, payload), ()))
+        return fresh
+
+    async def finish_assignment_async(self, assignment_id: AssignmentId) -> None:
+        await self._group("finish an assignment", lambda txn: (self._finish_assignment(txn, assignment_id), ()))
+
+    async def _group(self, action: str, body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]]) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if self._writer is None:
+            self._start_writer()
+        self._ops.put(_Op(action, body, loop, fut))
+        return await fut
+
+    def _start_writer(self) -> None:
+        with self._writer_start:
+            if self._writer is None:
+                self._live_env()
+                self._writer = threading.Thread(target=self._writer_main, name="outbox-writer", daemon=True)
+                self._writer.start()
+
+    def _stop_writer(self) -> None:
+        if self._writer is not None:
+            self._ops.put(None)
+            self._writer.join()
+            self._writer = None
+
+    def _writer_main(self) -> None:
+        stop = False
+        while not stop:
+            first = self._ops.get()
+            if first is None:
+                return
+            ops = [first]
+            deadline = time.monotonic() + OUTBOX_GROUP_COMMIT_WAIT_MS / 1000
+            while len(ops) < OUTBOX_GROUP_COMMIT_OPS_MAX:
+                try:
+                    remaining = deadline - time.monotonic()
+                    nxt = self._ops.get_nowait() if remaining <= 0 else self._ops.get(timeout=remaining)
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                ops.append(nxt)
+            results = self._commit_group(ops)
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+            for op, (ok, value) in zip(ops, results):
+                by_loop.setdefault(op.loop, []).append((op.fut, ok, value))
+            for loop, done in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # a loop closed meanwhile has no one waiting
+                    loop.call_soon_threadsafe(_resolve, done)
+
+    def _commit_group(self, ops: list[_Op]) -> list[tuple[bool, Any]]:
+        """Apply `ops` in one transaction; (True, value) or (False, exception) per op."""
+        results: list[tuple[bool, Any]] = []
+        freed: list[Digest] = []
+        try:
+            with self._write_lock:
+                env = self._live_env()
+                try:
+                    with env.begin(write=True) as txn:
+                        for op in ops:
+                            child = env.begin(write=True, parent=txn)
+                            try:
+                                value, op_freed = op.body(child)
+                            except (StateError, ValueError, TypeError) as exc:
+                                child.abort()
+                                results.append((False, exc))
+                                continue
+                            except BaseException:
+                                child.abort()
+                                raise
+                            child.commit()
+                            results.append((True, value))
+                            freed.extend(op_freed)
+                except lmdb.Error as exc:
+                    raise _storage_error(self._db_path, ops[0].action if len(ops) == 1
+                                         else f"{ops[0].action} (and {len(ops) - 1} more)", exc) from exc
+                self._delete_unreferenced(None, freed)
+        except Exception as exc:  # noqa: BLE001 - a storage error fails every op of the batch
+            return [(False, exc) for _ in ops]
+        return results
 
     # -- recovery and checks -----------------------------------------------------------
 

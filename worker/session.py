@@ -754,7 +754,7 @@ class WorkerSession:
             plog.info("repeated push ignored")
             return
         try:
-            fresh = await asyncio.to_thread(self._state.record_assignment, aid, codec.push_record(push))
+            fresh = await self._state.record_assignment_async(aid, codec.push_record(push))
         except (AssignmentConflict, ValueError) as e:
             plog.error("push refused", problem=str(e))
             return
@@ -790,7 +790,7 @@ class WorkerSession:
             await self._finish_locally(held)
 
     async def _finish_locally(self, held: _Held) -> None:
-        await asyncio.to_thread(self._state.finish_assignment, held.assignment_id)
+        await self._state.finish_assignment_async(held.assignment_id)
         if self._held.get(held.assignment_id) is held:
             del self._held[held.assignment_id]
         self._notify()
@@ -859,7 +859,7 @@ class WorkerSession:
         full_logged = False
         while True:
             try:
-                await asyncio.to_thread(self._state.put_report, attempt, held.assignment_id, payload, files)
+                await self._state.put_report_async(attempt, held.assignment_id, payload, files)
                 break
             except OutboxFull as e:
                 if not full_logged:
@@ -913,7 +913,7 @@ class WorkerSession:
                 # Logged first: a stream cut while the outbox removes the entry must not leave
                 # an acknowledged report without its line (operators and tests read it).
                 dlog.info("report acknowledged", outcome=common_pb2.AckOutcome.Name(ack.outcome))
-                await asyncio.to_thread(self._state.ack, entry.attempt_id)
+                await self._state.ack_async(entry.attempt_id)
                 self._settle(entry, dead=False)
                 return
             if ack.outcome != _REJECTED:

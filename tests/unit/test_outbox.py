@@ -398,3 +398,89 @@ def test_long_ids_fit(state: WorkerState) -> None:
     e = state.put_report(long_attempt, AssignmentId("g" * 900), b"r", [])
     assert state.get(long_attempt) == e
     assert state.record_assignment(AssignmentId("g" * 900), b"p") is True
+
+
+# ---- group commit -------------------------------------------------------------------------
+
+
+def test_group_commit_puts_and_acks_many_operations_in_few_transactions(state: WorkerState, state_dir: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Concurrent async operations share transactions; each returns only after its commit,
+    and what they wrote survives a reopen exactly as the synchronous methods' writes do."""
+    import asyncio
+
+    commits = []
+    real = WorkerState._commit_group
+
+    def counting(self: WorkerState, ops: list) -> list:
+        commits.append(len(ops))
+        return real(self, ops)
+
+    monkeypatch.setattr(WorkerState, "_commit_group", counting)
+    ids = [AttemptId(f"run-x:t{i}/r0/s:a1") for i in range(60)]
+
+    async def main() -> None:
+        fresh = await asyncio.gather(*(state.record_assignment_async(AssignmentId(f"g{i}"), b"push")
+                                       for i in range(20)))
+        assert all(fresh)
+        assert not await state.record_assignment_async(AssignmentId("g0"), b"push")  # a repeat
+        entries = await asyncio.gather(*(state.put_report_async(a, G1, a.encode(), []) for a in ids))
+        assert [e.attempt_id for e in entries] == ids
+        assert state.depth == len(ids)  # durable before the coroutines resumed
+        acked = await asyncio.gather(*(state.ack_async(a) for a in ids[:30]))
+        assert all(acked) and not await state.ack_async(ids[0])
+        await asyncio.gather(*(state.finish_assignment_async(AssignmentId(f"g{i}")) for i in range(20)))
+
+    asyncio.run(main())
+    assert sum(commits) == 20 + 1 + 60 + 30 + 1 + 20
+    assert len(commits) < 20, f"expected batches, got {commits}"
+    state.close()
+    reopened = WorkerState.open(state_dir)
+    try:
+        assert [e.attempt_id for e in reopened.pending()] == ids[30:]
+        assert reopened.assignments() == [] and reopened.was_finished(AssignmentId("g7"))
+        assert reopened.check() == []
+    finally:
+        reopened.close()
+
+
+def test_group_commit_a_conflict_fails_only_its_own_operation(state: WorkerState) -> None:
+    """A refused operation in a batch aborts its nested transaction only; the others commit."""
+    import asyncio
+
+    state.put_report(A1, G1, b"first", [])
+
+    async def main() -> list:
+        return await asyncio.gather(state.put_report_async(A2, G1, b"two", []),
+                                    state.put_report_async(A1, G1, b"other content", []),
+                                    state.put_report_async(A3, G1, b"three", []),
+                                    state.record_assignment_async(AssignmentId(""), b"x"),
+                                    return_exceptions=True)
+
+    two, conflict, three, bad_id = asyncio.run(main())
+    assert isinstance(conflict, OutboxConflict) and isinstance(bad_id, ValueError)
+    assert [e.attempt_id for e in state.pending()] == [A1, A2, A3]
+    assert two.attempt_id == A2 and three.attempt_id == A3
+    assert state.get(A1).payload == b"first"
+
+
+def test_group_commit_a_storage_error_fails_the_whole_batch(tmp_path: Path) -> None:
+    """A full map aborts the batch's one transaction: every operation in it fails with a
+    storage error and none of them is visible afterwards."""
+    import asyncio
+
+    s = WorkerState.open(tmp_path / "small", map_bytes=256 << 10)
+    try:
+        big = b"x" * (48 << 10)
+
+        async def main() -> list:
+            return await asyncio.gather(*(s.put_report_async(AttemptId(f"r:t{i}/r0/s:a"), G1, big, [])
+                                          for i in range(12)), return_exceptions=True)
+
+        results = asyncio.run(main())
+        failed = [r for r in results if isinstance(r, OutboxStorageError)]
+        assert failed, results
+        assert s.depth == len(results) - len(failed)
+        assert s.check() == []
+    finally:
+        s.close()

@@ -41,6 +41,10 @@ SPEC_BYTES_MAX = 64 << 20  # Admin submit of a very large spec travels unary, no
 ARTIFACT_BYTES_MAX = 1 << 30  # One artifact file; larger logs should be compressed by the adapter.
 ARTIFACTS_PER_REPORT_MAX = 256
 OUTBOX_ENTRIES_MAX = 100_000
+# Protocol 4: cell reports per ReportBatch frame, and the bytes of reports one batch may
+# carry (half a message leaves room for the frame around them).
+REPORT_BATCH_REPORTS_MAX = 64
+REPORT_BATCH_BYTES_MAX = (8 << 20) // 2
 # Group commit of the worker's outbox: after the first queued operation the writer waits this
 # long for more (the cells of a group finish within a millisecond or so of each other), and
 # takes at most this many into one transaction and one fsync.
@@ -63,6 +67,7 @@ assert SUSPECT_AFTER_MS_DEFAULT >= 3 * HEARTBEAT_INTERVAL_MS_DEFAULT, "suspicion
 assert EXPIRE_AFTER_MS_DEFAULT > SUSPECT_AFTER_MS_DEFAULT, "expiry must follow suspicion"
 assert RECOVERY_GRACE_MS_DEFAULT >= EXPIRE_AFTER_MS_DEFAULT, "recovery grace covers a normal expiry"
 assert RETRY_BACKOFF_MAX_MS_DEFAULT >= RETRY_BACKOFF_MS_DEFAULT
+assert REPORT_BATCH_BYTES_MAX <= MESSAGE_BYTES_MAX // 2, "a batch of reports must fit one message"
 assert CHUNK_BYTES_MAX * 2 <= MESSAGE_BYTES_MAX, "a chunk plus its frame must fit one message"
 assert KEEPALIVE_TIMEOUT_MS < KEEPALIVE_TIME_MS
 assert RECONNECT_BACKOFF_MS_MIN < RECONNECT_BACKOFF_MS_MAX

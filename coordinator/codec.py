@@ -26,11 +26,14 @@ from coordinator.core.effects import (
 )
 from coordinator.logcodec import LogCodecError, report_from_proto
 
-PROTOCOL_VERSION = 3
+# 4 implies 3 (run environment offers) and 2: a worker of 4 may send ReportBatch, reads
+# FrameBundle and heartbeats only on change; the coordinator says its revision in the Welcome.
+PROTOCOL_VERSION = 4
 ACK_BATCH_PROTOCOL_VERSION = 2  # from this revision on, a worker accepts AckBatch frames
 # From this revision on, a worker measures a run's environment when offered it; an older one
 # cannot show that it runs the run's benchmark and is refused.
 RUN_OFFER_PROTOCOL_VERSION = 3
+REPORT_BATCH_PROTOCOL_VERSION = 4  # from this revision on, a worker may send ReportBatch
 ACK_BATCH_MAX = 256
 
 

@@ -297,7 +297,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                                                         complete=committed == pending.total_length))
         session.welcome(coordinator_pb2.CoordinatorFrame(welcome=coordinator_pb2.Welcome(
             coordinator_incarnation=self.incarnation, heartbeat_interval_ms=interval, suspect_after_ms=suspect,
-            expire_after_ms=expire, worker_credential=credential, upload_offsets=offsets)))
+            expire_after_ms=expire, worker_credential=credential, upload_offsets=offsets,
+            protocol_version=codec.PROTOCOL_VERSION)))
         log.info("session_open", worker_id=wid, incarnation=hello.incarnation, slots=hello.slots,
                  environment_id=hello.environment_id, owned=len(cmd_owned), buffered=len(cmd_buffered),
                  enrolled=bool(credential))
@@ -345,11 +346,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                     self._ack(session, frame.seq, rejected(
                         Rejection.OUT_OF_ORDER, f"seq {frame.seq} is not the expected {session.expected_seq}"))
                     continue
-                session.expected_seq += 1
+                # A ReportBatch of N reports takes N sequence numbers, one per report.
+                span = len(frame.report_batch.reports) if frame.WhichOneof("body") == "report_batch" else 1
+                session.expected_seq += max(1, span)
                 try:
                     await self._handle(session, frame)
                 except FrameError as e:
-                    self._ack(session, frame.seq, rejected(e.rejection, e.detail))
+                    for seq in range(frame.seq, frame.seq + max(1, span)):
+                        self._ack(session, seq, rejected(e.rejection, e.detail))
         finally:
             session.cut_reason = session.cut_reason or "stream ended"
             try:
@@ -376,6 +380,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             generation = r.generation
             self._ack_after(session, seq, lambda now: c.CellReported(now, wid, attempt_id, assignment_id,
                                                                      generation, report), refill=True)
+        elif kind == "report_batch":
+            self._report_batch(session, seq, frame.report_batch.reports)
         elif kind == "upload_chunk":
             await self._upload(session, seq, frame.upload_chunk)
         elif kind == "group_finished":
@@ -415,6 +421,48 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if out is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
         return out
+
+    def _report_batch(self, session: Session, first_seq: int, reports: Any) -> None:
+        """Every report of the batch in one actor request, so one group commit; each is acked
+        on its own seq after that commit. A report that does not decode is refused alone."""
+        if not reports:
+            raise FrameError(Rejection.MALFORMED_FRAME, "a report batch without reports")
+        if len(reports) > limits.REPORT_BATCH_REPORTS_MAX:
+            raise FrameError(Rejection.MALFORMED_FRAME, f"a report batch of {len(reports)} reports exceeds "
+                                                        f"{limits.REPORT_BATCH_REPORTS_MAX}")
+        wid = WorkerId(session.worker_id)
+        seqs: list[int] = []
+        makes: list[Callable[[int], object]] = []
+        for i, r in enumerate(reports):
+            seq = first_seq + i
+            try:
+                report = codec.decode_report(r.report)
+                attempt_id = AttemptId(codec.require_id(r.attempt_id, "attempt_id"))
+                assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
+            except FrameError as e:
+                self._ack(session, seq, rejected(e.rejection, e.detail))
+                continue
+            seqs.append(seq)
+            makes.append(lambda now, a=attempt_id, g=assignment_id, n=r.generation, rep=report:
+                         c.CellReported(now, wid, a, g, n, rep))
+        if not makes:
+            return
+        received = time.perf_counter()
+
+        def done(transitions: list[Transition]) -> None:
+            refilled = False
+            for seq, t in zip(seqs, transitions):
+                self._ack(session, seq, t.outcome)
+                refilled = refilled or any(isinstance(e, PushAssignment) and e.worker_id == session.worker_id
+                                           for e in t.effects)
+            if refilled:
+                self.metrics.slot_refill.observe(time.perf_counter() - received)
+
+        try:
+            self.actor.submit(Request(many=makes, done=done))
+        except Overloaded:
+            for seq in seqs:
+                self._ack(session, seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"))
 
     def _flush_heartbeats(self) -> None:
         self.hub.heartbeat_flush = None

@@ -75,7 +75,10 @@ GOODBYE_ACK_TIMEOUT_MS = 2_000
 # Runs offered on one stream and waiting to be measured; an offer past it comes again with
 # the next heartbeat.
 RUN_OFFERS_QUEUED_MAX = 64
-PROTOCOL_VERSION = 3  # 2: understands AckBatch; 3: measures a run's environment when offered it
+# 2: understands AckBatch; 3: measures a run's environment when offered it; 4 (implies 3):
+# sends ReportBatch, reads FrameBundle, heartbeats only on change.
+PROTOCOL_VERSION = 4
+REPORT_BATCH_PROTOCOL_VERSION = 4  # a coordinator whose Welcome says this or more takes ReportBatch
 
 
 PROGRAM = "fleet-worker"

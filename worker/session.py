@@ -56,6 +56,8 @@ from common.limits import (
     MESSAGE_BYTES_MAX,
     RECONNECT_BACKOFF_MS_MAX,
     RECONNECT_BACKOFF_MS_MIN,
+    REPORT_BATCH_BYTES_MAX,
+    REPORT_BATCH_REPORTS_MAX,
     SESSION_SEND_QUEUE_FRAMES_MAX,
     UPLOADS_IN_FLIGHT_MAX,
 )
@@ -66,6 +68,7 @@ from worker.config import (
     HELLO_BUFFERED_IDS_CHARS_MAX,
     OUTBOX_FULL_RETRY_MS,
     PROTOCOL_VERSION,
+    REPORT_BATCH_PROTOCOL_VERSION,
     REPORT_SENDS_MAX,
     REPORTS_IN_FLIGHT_MAX,
     RUN_OFFERS_QUEUED_MAX,
@@ -228,6 +231,7 @@ class _Stream:
         self.offered: dict[str, None] = {}
         self.report_slots = asyncio.Semaphore(REPORTS_IN_FLIGHT_MAX)
         self._upload_count = 0
+        self.report_batches = False  # the coordinator speaks protocol 4: queued reports go as one frame
 
     def upload_id(self, digest: str) -> str:
         self._upload_count += 1
@@ -275,6 +279,11 @@ class _Stream:
                     name, msg, fut = "heartbeat", heartbeat(), None
                 else:
                     name, msg, fut = self._items.popleft()
+                    if name == "cell_report" and self.report_batches and self._items:
+                        frame = self._report_batch(msg, fut)
+                        self._cond.notify_all()
+                        await self.call.write(frame)
+                        continue
                     self._cond.notify_all()
             frame = self._frame(name, msg)
             if fut is not None:
@@ -282,6 +291,25 @@ class _Stream:
             if name == "goodbye":
                 self.said_goodbye = True
             await self.call.write(frame)
+
+    def _report_batch(self, first: coordinator_pb2.CellReport,
+                      fut: asyncio.Future[coordinator_pb2.Ack] | None) -> coordinator_pb2.WorkerFrame:
+        """`first` and the reports queued right behind it, in order, as one ReportBatch that
+        takes one seq per report (each report keeps its own ack)."""
+        reports = [(first, fut)]
+        size = first.ByteSize()
+        while (self._items and self._items[0][0] == "cell_report" and len(reports) < REPORT_BATCH_REPORTS_MAX
+               and size + self._items[0][1].ByteSize() <= REPORT_BATCH_BYTES_MAX):
+            _, msg, f = self._items.popleft()
+            reports.append((msg, f))
+            size += msg.ByteSize()
+        frame = coordinator_pb2.WorkerFrame(seq=self._seq + 1)
+        frame.report_batch.reports.extend(msg for msg, _ in reports)
+        for msg, f in reports:
+            self._seq += 1
+            if f is not None:
+                self._acks[self._seq] = f
+        return frame
 
     def on_ack(self, ack: coordinator_pb2.Ack) -> bool:
         fut = self._acks.pop(ack.seq, None)
@@ -642,6 +670,7 @@ class WorkerSession:
         interval_ms = welcome.heartbeat_interval_ms or HEARTBEAT_INTERVAL_MS_DEFAULT
         interval_ms = max(HEARTBEAT_INTERVAL_MS_MIN, min(HEARTBEAT_INTERVAL_MS_MAX, interval_ms))
         self._heartbeat_interval_s = interval_ms / 1000
+        s.report_batches = welcome.protocol_version >= REPORT_BATCH_PROTOCOL_VERSION
         self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,
                        heartbeat_interval_ms=interval_ms, outbox_depth=self._state.depth,
                        held=len(self._held))
@@ -913,8 +942,11 @@ class WorkerSession:
                 # Logged first: a stream cut while the outbox removes the entry must not leave
                 # an acknowledged report without its line (operators and tests read it).
                 dlog.info("report acknowledged", outcome=common_pb2.AckOutcome.Name(ack.outcome))
-                await self._state.ack_async(entry.attempt_id)
-                self._settle(entry, dead=False)
+                # Settled by the commit itself, not by this task: a stream cut while the ack
+                # commits cancels the task, and the entry, no longer pending, is never replayed.
+                acked = asyncio.ensure_future(self._state.ack_async(entry.attempt_id))
+                acked.add_done_callback(lambda f: f.cancelled() or f.exception() or self._settle(entry, dead=False))
+                await asyncio.shield(acked)
                 return
             if ack.outcome != _REJECTED:
                 raise _ProtocolError(f"report ack with outcome {ack.outcome}")

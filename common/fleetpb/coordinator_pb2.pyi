@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerFrame(_message.Message):
-    __slots__ = ("seq", "hello", "heartbeat", "cell_report", "upload_chunk", "group_finished", "drain_notice", "goodbye", "dead_letter", "run_environment")
+    __slots__ = ("seq", "hello", "heartbeat", "cell_report", "upload_chunk", "group_finished", "drain_notice", "goodbye", "dead_letter", "run_environment", "report_batch")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class WorkerFrame(_message.Message):
     GOODBYE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     RUN_ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_BATCH_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: Hello
     heartbeat: Heartbeat
@@ -30,7 +31,8 @@ class WorkerFrame(_message.Message):
     goodbye: Goodbye
     dead_letter: DeadLetter
     run_environment: RunEnvironment
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., cell_report: _Optional[_Union[CellReport, _Mapping]] = ..., upload_chunk: _Optional[_Union[UploadChunk, _Mapping]] = ..., group_finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., drain_notice: _Optional[_Union[DrainNotice, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., run_environment: _Optional[_Union[RunEnvironment, _Mapping]] = ...) -> None: ...
+    report_batch: ReportBatch
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., cell_report: _Optional[_Union[CellReport, _Mapping]] = ..., upload_chunk: _Optional[_Union[UploadChunk, _Mapping]] = ..., group_finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., drain_notice: _Optional[_Union[DrainNotice, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., run_environment: _Optional[_Union[RunEnvironment, _Mapping]] = ..., report_batch: _Optional[_Union[ReportBatch, _Mapping]] = ...) -> None: ...
 
 class CoordinatorFrame(_message.Message):
     __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain", "acks", "run_offer", "run_refused")
@@ -213,20 +215,24 @@ class DescribeRunEnvironmentResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., reference: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., worker_keys: _Optional[_Iterable[str]] = ..., pin: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., pinned_by: _Optional[str] = ..., environment_match: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("coordinator_incarnation", "heartbeat_interval_ms", "suspect_after_ms", "expire_after_ms", "worker_credential", "upload_offsets")
+    __slots__ = ("coordinator_incarnation", "heartbeat_interval_ms", "suspect_after_ms", "expire_after_ms", "worker_credential", "upload_offsets", "protocol_version", "idle_heartbeat_interval_ms")
     COORDINATOR_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     SUSPECT_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     WORKER_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    IDLE_HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     coordinator_incarnation: int
     heartbeat_interval_ms: int
     suspect_after_ms: int
     expire_after_ms: int
     worker_credential: str
     upload_offsets: _containers.RepeatedCompositeFieldContainer[UploadStatus]
-    def __init__(self, coordinator_incarnation: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., suspect_after_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ..., worker_credential: _Optional[str] = ..., upload_offsets: _Optional[_Iterable[_Union[UploadStatus, _Mapping]]] = ...) -> None: ...
+    protocol_version: int
+    idle_heartbeat_interval_ms: int
+    def __init__(self, coordinator_incarnation: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., suspect_after_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ..., worker_credential: _Optional[str] = ..., upload_offsets: _Optional[_Iterable[_Union[UploadStatus, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., idle_heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
 
 class CellAssignment(_message.Message):
     __slots__ = ("cell_id", "attempt_id", "subject_id", "dispatch_order")
@@ -301,6 +307,12 @@ class AckBatch(_message.Message):
     ACKS_FIELD_NUMBER: _ClassVar[int]
     acks: _containers.RepeatedCompositeFieldContainer[Ack]
     def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
+
+class ReportBatch(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[CellReport]
+    def __init__(self, reports: _Optional[_Iterable[_Union[CellReport, _Mapping]]] = ...) -> None: ...
 
 class RunStateNotice(_message.Message):
     __slots__ = ("run_id", "paused", "blocked_reason")

@@ -12,6 +12,7 @@ import asyncio
 import random
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -37,6 +38,11 @@ class FakeNet:
     stats: dict = field(default_factory=lambda: {"streams": 0, "drops_up": 0, "drops_down": 0,
                                                  "duplicates": 0, "cuts": 0})
     address: str = ""
+    # Deterministic faults for one kind of frame: a worker frame for which `cut_before_up`
+    # says yes is lost and the stream breaks (nothing reaches the coordinator); one for which
+    # `cut_after_up` says yes is delivered, then the stream breaks (its acks are lost).
+    cut_before_up: Any = None
+    cut_after_up: Any = None
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -109,8 +115,15 @@ class _Proxy(coordinator_pb2_grpc.CoordinatorServicer):
                 if net.roll(net.rates.cut_per_frame):
                     net.stats["cuts"] += 1
                     raise _Cut
+                if net.cut_before_up is not None and net.cut_before_up(frame):
+                    net.stats["drops_up"] += 1
+                    raise _Cut
                 await asyncio.sleep(net.delay_s())
                 await call.write(frame)
+                if net.cut_after_up is not None and net.cut_after_up(frame):
+                    await asyncio.sleep(0.2)  # the coordinator commits; its acks die with the stream
+                    net.stats["cuts"] += 1
+                    raise _Cut
 
         async def down() -> None:
             async for frame in call:

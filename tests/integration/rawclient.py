@@ -142,6 +142,9 @@ class RawSession:
             self.pushes.append(item.assignment)
         elif kind == "ack":
             self._acks[item.ack.seq] = item.ack
+        elif kind == "acks":  # an AckBatch, to a hello of protocol 2 or more
+            for ack in item.acks.acks:
+                self._acks[ack.seq] = ack
         elif kind == "welcome":
             self.welcome = item.welcome
         elif kind == "run_offer" and self.auto_measure:

@@ -75,6 +75,8 @@ class FakeCoordinator(coordinator_pb2_grpc.CoordinatorServicer):
         self.reject_reports_with = 0  # a RejectionReason: refuse every report with it
         self.mismatch_final_chunks = 0  # refuse this many final chunks with DIGEST_MISMATCH
         self.heartbeat_interval_ms = 50
+        self.protocol_version = 0  # the Welcome's; 4 lets the worker send ReportBatch
+        self.batches: list[int] = []  # the size of every ReportBatch received
 
     # -- test helpers
     @property
@@ -102,7 +104,8 @@ class FakeCoordinator(coordinator_pb2_grpc.CoordinatorServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "starting up")
         await context.write(Frame(welcome=coordinator_pb2.Welcome(
             coordinator_incarnation=1, heartbeat_interval_ms=self.heartbeat_interval_ms,
-            worker_credential=self.issue_credential if st.index == 1 else "")))
+            worker_credential=self.issue_credential if st.index == 1 else "",
+            protocol_version=self.protocol_version)))
         writer = asyncio.create_task(self._writer(st, context))
         try:
             while True:
@@ -116,6 +119,15 @@ class FakeCoordinator(coordinator_pb2_grpc.CoordinatorServicer):
                 frame = read.result()
                 if frame is grpc.aio.EOF:
                     return
+                if frame.WhichOneof("body") == "report_batch":
+                    # One seq per report: handled as the reports it carries, in order.
+                    reports = frame.report_batch.reports
+                    self.batches.append(len(reports))
+                    for i, r in enumerate(reports):
+                        one = coordinator_pb2.WorkerFrame(seq=frame.seq + i, cell_report=r)
+                        st.frames.append(one)
+                        self._handle(st, one)
+                    continue
                 st.frames.append(frame)
                 self._handle(st, frame)
         finally:
@@ -189,7 +201,8 @@ class FakeExecutor:
     """Writes one log per cell (`sizes` picks its length) and reports COMPLETED, or UNKNOWN when
     cancelled. With `block`, each cell waits for `release` or its cancel."""
 
-    def __init__(self, *, block: bool = False, sizes: dict[str, int] | None = None) -> None:
+    def __init__(self, *, block: bool = False, sizes: dict[str, int] | None = None, files: bool = True) -> None:
+        self.files = files
         self.runs: list[CellJob] = []
         self.block = block
         self.release = asyncio.Event()
@@ -224,7 +237,7 @@ class FakeExecutor:
         else:
             r = Report(Status.UNSPECIFIED, Execution.COMPLETED, Verification.VALID, Usage.MISSING,
                        Cleanup.CONFIRMED, score=1.0, started_ms=started, finished_ms=now_ms())
-        return CellOutcome(seal(r), (LocalArtifact("stdout.log", out),))
+        return CellOutcome(seal(r), (LocalArtifact("stdout.log", out),) if self.files else ())
 
 
 # ---- harness ----------------------------------------------------------------------------------
@@ -329,7 +342,7 @@ def test_hello_carries_identity_incarnation_and_the_buffered_attempts(tmp_path: 
             assert (hello.worker_id, hello.incarnation, hello.slots, hello.cpu_millis, hello.memory_mb) == (
                 WORKER, 2, 2, 4000, 2048)
             assert [(c.key, c.value) for c in hello.environment] == sorted(MANIFEST.items())
-            assert hello.environment_id == ENV_ID and hello.protocol_version == 3
+            assert hello.environment_id == ENV_ID and hello.protocol_version == 4
             assert hello.software_version == "test"
             assert list(hello.buffered_attempt_ids) == [earlier] and list(hello.owned_assignment_ids) == []
             md = fake.streams[0].metadata
@@ -449,6 +462,37 @@ def test_a_stream_cut_mid_run_reconnects_and_replays_unacked_reports(tmp_path: P
             assert fake.report_sends[first_report] == 2, "the unacked report was sent again"
             assert first_report in fake.streams[1].hello.buffered_attempt_ids
             assert len(ex.runs) == 2, "nothing ran twice"
+            assert await w.drain() is Ended.DRAINED
+        with reopen(config) as st:
+            assert st.depth == 0 and st.was_finished(AssignmentId(push.assignment_id))
+
+    asyncio.run(go())
+
+
+def test_protocol_4_sends_the_reports_of_a_group_as_one_batch_and_replays_a_cut_one(tmp_path: Path) -> None:
+    """A coordinator of protocol 4: the cells of a group, finished together, travel in one
+    ReportBatch whose reports are acked one by one; a batch cut before its acks is replayed
+    whole on the next stream, and nothing runs twice."""
+    async def go() -> None:
+        fake = FakeCoordinator()
+        fake.protocol_version = 4
+        fake.cut_on_report = True
+        ex = FakeExecutor(block=True, files=False)
+        async with serving(fake) as port:
+            config = make_config(tmp_path, port)
+            w = Worker(config, ex)
+            await eventually(lambda: fake.streams, "a stream")
+            push = make_push(subjects=("s1", "s2", "s3", "s4"))
+            fake.send(Frame(assignment=push))
+            await eventually(lambda: len(ex.runs) == 4, "all four cells started")
+            ex.release.set()
+            await eventually(lambda: len(fake.streams) >= 2, "a reconnect after the cut")
+            await eventually(lambda: fake.group_finished() == [(push.assignment_id, "completed")], "group finished")
+            assert max(fake.batches) >= 2, f"reports were not batched: {fake.batches}"
+            assert sorted(fake.reports) == sorted(c.attempt_id for c in push.cells)
+            cut = [e[1] for e in fake.events if e[0] == "report"][0]
+            assert fake.report_sends[cut] == 2 and cut in fake.streams[1].hello.buffered_attempt_ids
+            assert len(ex.runs) == 4, "nothing ran twice"
             assert await w.drain() is Ended.DRAINED
         with reopen(config) as st:
             assert st.depth == 0 and st.was_finished(AssignmentId(push.assignment_id))

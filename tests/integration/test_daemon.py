@@ -75,7 +75,7 @@ def test_coordinator_killed_at_many_random_points_loses_nothing(cluster: Cluster
     rng = random.Random(CRASH_SEED)
     cluster.start_coordinator()
     for wid in ("w1", "w2", "w3"):
-        cluster.start_worker(wid, slots=2)
+        cluster.start_worker(wid, slots=2, extra=("--log-level", "debug"))  # "report acknowledged" is debug
     subjects = ("good", "bad", "slow")
     run_id = cluster.submit(intbench_spec(36, subjects, cap=6))
     kills = 0

@@ -78,7 +78,8 @@ def test_partitioned_worker_expires_and_its_late_reports_are_kept_not_selected(t
         deadline = started + BUDGET_S
         cluster.start_coordinator()
         assert cluster.address.startswith(f"{lan.addr('coord')}:"), cluster.address
-        short_drain = ("--drain-timeout-s", "10", "--flush-timeout-s", "5")
+        # Per-cell lines ("assignment received", "outcome buffered", ...) are at debug.
+        short_drain = ("--drain-timeout-s", "10", "--flush-timeout-s", "5", "--log-level", "debug")
         w1 = cluster.start_worker("w1", slots=2, extra=short_drain)
         cluster.start_worker("w2", slots=2, extra=short_drain)
         run_id = cluster.submit(intbench_spec(GROUPS, SUBJECTS, cap=4))

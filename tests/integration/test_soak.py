@@ -36,7 +36,7 @@ def test_run_converges_over_a_faulty_network(tmp_path: Path, seed: int) -> None:
         net = FakeNet(cluster.address, seed)
         proxy = net.start()
         for wid in ("w1", "w2", "w3"):
-            cluster.start_worker(wid, slots=2, address=proxy)
+            cluster.start_worker(wid, slots=2, address=proxy, extra=("--log-level", "debug"))
         subjects = ("good", "bad", "slow")
         run_id = cluster.submit(intbench_spec(30, subjects, cap=6))
         started = time.monotonic()

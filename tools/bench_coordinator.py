@@ -5,9 +5,10 @@
 NAME is one of:
   w1      2,000 groups x 3 no-op python-executor cells on 4 `fleet-worker` processes x 2 slots,
           coordinator and workers on this machine, every cell durably committed: cells/s from
-          SubmitRun to the run's completion, against Dask distributed (2,431 cells/s) and
-          Celery+Redis with late acks and append-only fsync (825 cells/s) as measured before
-          on this machine (quoted, not re-run).
+          SubmitRun to the run's completion and CPU per 1,000 cells per role; then the same
+          workload on Dask distributed and on Celery+Redis (late acks, appendfsync always),
+          run here in the same run by tools/bench_peers.py (`pip install -e '.[bench]'`,
+          `apt-get install redis-server`), and the ratios.
   commit  durable commands/s with 64 simulated workers (raw `Coordinator.Session` clients in 2
           processes: hello, welcome, pushes, cell reports, acks, group finished) against the
           same coordinator with batching off (`Actor(batch_max=1)`: one LMDB transaction per
@@ -58,8 +59,6 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 NOOPBENCH = REPO / "tools" / "benchdata" / "noopbench"
 NAMES = ("w1", "commit", "refill", "idle", "upload")
-DASK_CELLS_S = 2_431
-CELERY_CELLS_S = 825
 ENVIRONMENT_ID = "env-bench-coordinator-1"
 SUBJECTS = 3
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -725,8 +724,21 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
                 w.stop(60)
             coord.stop()
     med = statistics.median(rates)
-    return {"w1_cells_per_s": med, "w1_runs": rates, "w1_vs_dask": med / DASK_CELLS_S,
-            "w1_vs_celery": med / CELERY_CELLS_S, "w1_coordinator_cpu": statistics.median(coord_cpu),
+    from tools import bench_peers
+
+    peers = {}
+    for name, bench in (("dask", bench_peers.bench_dask), ("celery", bench_peers.bench_celery)):
+        got = bench(sz.w1_groups, sz.w1_repeats, root / f"w1-{name}", Proc, say)
+        if got is not None:
+            peers[name] = got
+    fleet_k = (statistics.median(coord_k), statistics.median(worker_k))
+    for name, got in peers.items():
+        say(f"  fleet / {name}: cells/s {med / got['cells_per_s']:.2f}x; CPU per 1,000 cells: coordinator "
+            f"{fleet_k[0] / got['coordinator_cpu_s_per_1000']:.2f}x, workers {fleet_k[1] / got['workers_cpu_s_per_1000']:.2f}x")
+    return {"w1_cells_per_s": med, "w1_runs": rates, "w1_peers": peers,
+            "w1_vs_dask": med / peers["dask"]["cells_per_s"] if "dask" in peers else float("nan"),
+            "w1_vs_celery": med / peers["celery"]["cells_per_s"] if "celery" in peers else float("nan"),
+            "w1_coordinator_cpu": statistics.median(coord_cpu),
             "w1_workers_cpu": statistics.median(worker_cpu),
             "w1_coordinator_cpu_s_per_1000": statistics.median(coord_k),
             "w1_workers_cpu_s_per_1000": statistics.median(worker_k)}
@@ -1185,9 +1197,21 @@ def table(fig: dict) -> list[str]:
         rows.append((name, value, target, "—" if met is None else ("yes" if met else "NO")))
 
     if "w1_cells_per_s" in fig:
-        row("W1 cells/s (submit -> complete)", f"{fig['w1_cells_per_s']:.0f}", "compare", None)
-        row("W1 vs Dask distributed (2,431)", f"{fig['w1_vs_dask']:.2f}x", "—", None)
-        row("W1 vs Celery+Redis (825)", f"{fig['w1_vs_celery']:.2f}x", "—", None)
+        peers = fig.get("w1_peers", {})
+        best_rate = max((p["cells_per_s"] for p in peers.values()), default=float("nan"))
+        best_c = min((p["coordinator_cpu_s_per_1000"] for p in peers.values()), default=float("nan"))
+        best_w = min((p["workers_cpu_s_per_1000"] for p in peers.values()), default=float("nan"))
+        row("W1 fleet cells/s (submit -> complete)", f"{fig['w1_cells_per_s']:.0f}",
+            f">= best peer ({best_rate:.0f})", fig["w1_cells_per_s"] >= best_rate if peers else None)
+        row("W1 fleet coordinator CPU per 1,000 cells", f"{fig['w1_coordinator_cpu_s_per_1000']:.2f} s",
+            f"<= best peer ({best_c:.2f} s)", fig["w1_coordinator_cpu_s_per_1000"] <= best_c if peers else None)
+        row("W1 fleet workers CPU per 1,000 cells", f"{fig['w1_workers_cpu_s_per_1000']:.2f} s",
+            f"<= best peer ({best_w:.2f} s)", fig["w1_workers_cpu_s_per_1000"] <= best_w if peers else None)
+        for name, p in peers.items():
+            row(f"W1 {name}: cells/s; CPU/1,000 cells coord, workers",
+                f"{p['cells_per_s']:.0f}; {p['coordinator_cpu_s_per_1000']:.2f} s, {p['workers_cpu_s_per_1000']:.2f} s",
+                "—", None)
+            row(f"W1 fleet / {name} cells/s", f"{fig['w1_cells_per_s'] / p['cells_per_s']:.2f}x", "—", None)
     if "commit_batched_per_s" in fig:
         row("durable cmds/s, gRPC, group commit", f"{fig['commit_batched_per_s']:.0f}", "", None)
         row("durable cmds/s, gRPC, batch_max=1", f"{fig['commit_unbatched_per_s']:.0f}", "", None)

@@ -1,0 +1,193 @@
+"""W1 on fleet's peers, in the same run as fleet's own W1 (tools/bench_coordinator.py --only w1):
+Dask distributed, and Celery with Redis (append-only file with appendfsync always, late acks).
+
+The same workload: GROUPS x 3 cells, each cell the no-op subject and verifier of
+tools/benchdata/noopbench (tools/benchdata/peer_tasks.py), 4 worker processes with 2 group
+slots of 3 cells each (6 threads), results read back through each system's own result path
+and checked (every score 1). CPU per role is utime + stime of the process trees: the
+scheduler or the broker (redis-server) for the coordinator's role, the 4 worker processes
+for the workers'. The client (this process) is counted for no system, as for fleet. Neither
+peer gang-schedules the cells of a group: they are 3 independent tasks.
+
+Needs `pip install -e '.[bench]'` and `redis-server` on PATH (`apt-get install redis-server`);
+a system whose software is missing is skipped with a line saying so. Everything on 127.0.0.1,
+every process started here and stopped by its pid.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shutil
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+SUBJECTS = 3
+WORKERS = 4
+THREADS_PER_WORKER = 2 * SUBJECTS  # 2 group slots of 3 cells
+START_TIMEOUT_S = 60
+RUN_TIMEOUT_S = 900
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids.setdefault(int(rest[1]), []).append(int(entry))
+    return kids
+
+
+def tree_cpu(pids: list[int]) -> float:
+    """utime + stime of `pids` and all their living descendants, in seconds."""
+    kids = _children()
+    total = 0.0
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(rest[11]) + int(rest[12])) / CLK_TCK
+    return total
+
+
+def _check(values: list[dict], groups: int, name: str) -> None:
+    cells = groups * SUBJECTS
+    good = sum(1 for v in values if v["score"] == 1.0 and v["usage"]["costUsd"] == 0.0)
+    seen = {(v["group"], v["subject"]) for v in values}
+    if good != cells or len(seen) != cells:
+        raise RuntimeError(f"{name}: {good} of {cells} cells with score 1 ({len(seen)} distinct)")
+
+
+def _measure(name: str, groups: int, repeats: int, coord_pids: Callable[[], list[int]],
+             worker_pids: Callable[[], list[int]], run_once: Callable[[], list[dict]], say: Callable[[str], None]) -> dict:
+    rates, ck, wk = [], [], []
+    cells = groups * SUBJECTS
+    for rep in range(repeats):
+        c0, w0 = tree_cpu(coord_pids()), tree_cpu(worker_pids())
+        t0 = time.monotonic()
+        values = run_once()
+        elapsed = time.monotonic() - t0
+        c1, w1 = tree_cpu(coord_pids()), tree_cpu(worker_pids())
+        _check(values, groups, name)
+        rates.append(cells / elapsed)
+        ck.append((c1 - c0) / cells * 1000)
+        wk.append((w1 - w0) / cells * 1000)
+        say(f"  {name} run {rep + 1}: {cells} cells in {elapsed:.2f} s = {rates[-1]:.0f} cells/s (CPU per 1,000 "
+            f"cells: {'scheduler' if name == 'dask' else 'broker'} {ck[-1]:.2f} s, workers {wk[-1]:.2f} s)")
+    return {"cells_per_s": statistics.median(rates), "runs": rates, "coordinator_cpu_s_per_1000": statistics.median(ck),
+            "workers_cpu_s_per_1000": statistics.median(wk)}
+
+
+def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None]) -> dict | None:
+    if importlib.util.find_spec("distributed") is None:
+        say("  dask: skipped (pip install -e '.[bench]')")
+        return None
+    from distributed import Client
+
+    from tools.benchdata.peer_tasks import cell
+
+    root.mkdir(parents=True, exist_ok=True)
+    sched_file = root / "scheduler.json"
+    sched = proc("dask scheduler", [PY, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+                                    "--no-dashboard", "--scheduler-file", str(sched_file)], root / "scheduler.log")
+    workers = []
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not sched_file.exists():
+            if time.monotonic() > deadline or not sched.alive():
+                raise RuntimeError(f"dask scheduler did not start\n{sched.tail()}")
+            time.sleep(0.1)
+        for i in range(WORKERS):
+            workers.append(proc(f"dask worker {i}", [
+                PY, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file), "--nworkers", "1",
+                "--nthreads", str(THREADS_PER_WORKER), "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
+                "--name", f"w{i}"], root / f"worker-{i}.log"))
+        with Client(scheduler_file=str(sched_file), timeout=START_TIMEOUT_S) as client:
+            client.wait_for_workers(WORKERS, timeout=START_TIMEOUT_S)
+
+            def run_once() -> list[dict]:
+                gs = [g for g in range(groups) for _ in range(SUBJECTS)]
+                ss = [s for _ in range(groups) for s in range(SUBJECTS)]
+                futures = client.map(cell, gs, ss, pure=False)
+                return client.gather(futures)
+
+            return _measure("dask", groups, repeats, lambda: [sched.pid], lambda: [w.pid for w in workers], run_once, say)
+    finally:
+        for w in workers:
+            w.stop(30)
+        sched.stop(30)
+
+
+def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None]) -> dict | None:
+    redis_server = shutil.which("redis-server")
+    if importlib.util.find_spec("celery") is None or importlib.util.find_spec("redis") is None or not redis_server:
+        say("  celery: skipped (pip install -e '.[bench]' and apt-get install redis-server)")
+        return None
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    os.environ["FLEET_BENCH_REDIS_URL"] = url  # read by peer_tasks in this process and the workers
+    redis = proc("redis-server", [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root),
+                                  "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+                                  "--protected-mode", "no", "--daemonize", "no"], root / "redis.log")
+    workers = []
+    try:
+        import redis as redis_client
+
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                redis_client.Redis.from_url(url).ping()
+                break
+            except redis_client.ConnectionError:
+                if time.monotonic() > deadline or not redis.alive():
+                    raise RuntimeError(f"redis-server did not start\n{redis.tail()}") from None
+                time.sleep(0.1)
+        import tools.benchdata.peer_tasks as peer_tasks
+
+        peer_tasks = importlib.reload(peer_tasks)  # configured from the URL set above
+        app = peer_tasks.app
+        for i in range(WORKERS):
+            workers.append(proc(f"celery worker {i}", [
+                PY, "-m", "celery", "-A", "tools.benchdata.peer_tasks", "worker", "--pool", "threads",
+                "--concurrency", str(THREADS_PER_WORKER), "--loglevel", "WARNING", "--without-gossip",
+                "--without-mingle", "--without-heartbeat", "-n", f"w{i}@bench"], root / f"worker-{i}.log"))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(app.control.ping(timeout=1.0) or []) < WORKERS:
+            if time.monotonic() > deadline:
+                raise RuntimeError("celery workers did not answer a ping\n" + "\n".join(w.tail() for w in workers))
+        from celery import group as celery_group
+
+        def run_once() -> list[dict]:
+            job = celery_group(app.signature("w1.cell", (g, s)) for g in range(groups) for s in range(SUBJECTS))
+            return job.apply_async().get(timeout=RUN_TIMEOUT_S)
+
+        return _measure("celery", groups, repeats, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say)
+    finally:
+        for w in workers:
+            w.stop(30)
+        redis.stop(30)
+        os.environ.pop("FLEET_BENCH_REDIS_URL", None)

@@ -60,10 +60,21 @@ SNAPSHOT_EVERY_RECORDS = 50_000
 SESSION_SEND_QUEUE_FRAMES_MAX = 1_000
 KEEPALIVE_TIME_MS = 20_000
 KEEPALIVE_TIMEOUT_MS = 10_000
+# Liveness of an idle protocol-4 session is the transport's: the coordinator pings every
+# connection this often (answered inside gRPC's C core, no Python runs on either side) and
+# drops one whose answer is this late, which ends the stream and suspects the worker. So a
+# dead peer is noticed within TRANSPORT_DEAD_AFTER_MS, inside the default suspicion window.
+SERVER_KEEPALIVE_TIME_MS = 1_000
+SERVER_KEEPALIVE_TIMEOUT_MS = 2_000
+TRANSPORT_DEAD_AFTER_MS = SERVER_KEEPALIVE_TIME_MS + SERVER_KEEPALIVE_TIMEOUT_MS
+# A protocol-4 worker whose heartbeat would say nothing new still sends one this often.
+IDLE_HEARTBEAT_INTERVAL_MS = 30_000
 RECONNECT_BACKOFF_MS_MIN = 100
 RECONNECT_BACKOFF_MS_MAX = 10_000
 
 assert SUSPECT_AFTER_MS_DEFAULT >= 3 * HEARTBEAT_INTERVAL_MS_DEFAULT, "suspicion needs several missed beats"
+assert TRANSPORT_DEAD_AFTER_MS <= SUSPECT_AFTER_MS_DEFAULT, "a dead transport is noticed before suspicion"
+assert IDLE_HEARTBEAT_INTERVAL_MS >= 10 * HEARTBEAT_INTERVAL_MS_DEFAULT, "idle heartbeats are the exception"
 assert EXPIRE_AFTER_MS_DEFAULT > SUSPECT_AFTER_MS_DEFAULT, "expiry must follow suspicion"
 assert RECOVERY_GRACE_MS_DEFAULT >= EXPIRE_AFTER_MS_DEFAULT, "recovery grace covers a normal expiry"
 assert RETRY_BACKOFF_MAX_MS_DEFAULT >= RETRY_BACKOFF_MS_DEFAULT

@@ -49,11 +49,14 @@ def grpc_options() -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", limits.MESSAGE_BYTES_MAX),
         ("grpc.max_receive_message_length", limits.MESSAGE_BYTES_MAX),
-        ("grpc.keepalive_time_ms", limits.KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", limits.KEEPALIVE_TIMEOUT_MS),
+        # The server's own pings: the liveness of idle protocol-4 sessions (common/limits.py).
+        ("grpc.keepalive_time_ms", limits.SERVER_KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", limits.SERVER_KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", limits.KEEPALIVE_TIME_MS // 2),
         ("grpc.http2.max_pings_without_data", 0),
+        # The least interval of the workers' pings (every KEEPALIVE_TIME_MS) accepted without
+        # data: gRPC core's GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS.
+        ("grpc.http2.min_ping_interval_without_data_ms", limits.KEEPALIVE_TIME_MS // 2),
     ]
 
 

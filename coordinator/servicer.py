@@ -65,6 +65,11 @@ class Session:
     cut_reason: str = ""
     incarnation: int = 0  # the hello's: a measurement belongs to the process that made it
     batch_acks: bool = False  # the worker speaks protocol 2: consecutive acks travel as one frame
+    # Protocol 4 with transport liveness: while the stream is up, the servicer tells the actor
+    # so every heartbeat interval, with what the worker's last heartbeat (or hello) said it owns.
+    transport_liveness: bool = False
+    owned: tuple = ()
+    beat_at: float = 0.0  # loop time of the last heartbeat received or refreshed
     held: list = field(default_factory=list)  # a frame (or the cut sentinel None) taken while batching acks
 
     def send(self, frame: Any) -> bool:
@@ -106,6 +111,8 @@ class Hub:
         self.dead_letters: list[tuple[str, str, str]] = []
         self.heartbeats: dict[str, tuple[Session, tuple]] = {}  # worker -> latest, not yet applied
         self.heartbeat_flush: asyncio.TimerHandle | None = None
+        self.liveness_refresh: asyncio.TimerHandle | None = None
+        self.heartbeat_interval_s = 1.0  # of the sessions whose liveness is the transport's
         self.on_event: list[Callable[[Emit, int], None]] = []
 
     def attach(self, session: Session) -> None:
@@ -290,6 +297,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if credential:
             self.tokens.commit_enrollment(wid, credential)
         interval, suspect, expire = await submit(self.actor, query=views.timing)
+        # Transport liveness only where the transport notices a dead peer before the policy
+        # would suspect it; otherwise the worker keeps beating every interval as before.
+        idle_ms = interval
+        if hello.protocol_version >= codec.TRANSPORT_LIVENESS_PROTOCOL_VERSION and suspect >= limits.TRANSPORT_DEAD_AFTER_MS:
+            idle_ms = limits.IDLE_HEARTBEAT_INTERVAL_MS
+            session.transport_liveness = True
+            session.owned = cmd_owned
+            session.beat_at = loop.time()
+            self.hub.heartbeat_interval_s = interval / 1000
+            if self.hub.liveness_refresh is None:
+                self.hub.liveness_refresh = loop.call_later(interval / 1000, self._refresh_liveness)
         offsets = []
         for pending in hello.pending_uploads:
             committed = await asyncio.to_thread(self._committed_offset, wid, pending.digest)
@@ -298,7 +316,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         session.welcome(coordinator_pb2.CoordinatorFrame(welcome=coordinator_pb2.Welcome(
             coordinator_incarnation=self.incarnation, heartbeat_interval_ms=interval, suspect_after_ms=suspect,
             expire_after_ms=expire, worker_credential=credential, upload_offsets=offsets,
-            protocol_version=codec.PROTOCOL_VERSION)))
+            protocol_version=codec.PROTOCOL_VERSION, idle_heartbeat_interval_ms=idle_ms)))
         log.info("session_open", worker_id=wid, incarnation=hello.incarnation, slots=hello.slots,
                  environment_id=hello.environment_id, owned=len(cmd_owned), buffered=len(cmd_buffered),
                  enrolled=bool(credential))
@@ -368,10 +386,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if kind == "heartbeat":
             # Coalesced: only the latest heartbeat of each worker matters, and all of them go
             # to the actor in one request.
-            self.hub.heartbeats[wid] = (session, tuple(AssignmentId(a) for a in frame.heartbeat.owned_assignment_ids))
-            if self.hub.heartbeat_flush is None:
-                loop = asyncio.get_running_loop()
-                self.hub.heartbeat_flush = loop.call_later(HEARTBEAT_COALESCE_MS / 1000, self._flush_heartbeats)
+            owned = tuple(AssignmentId(a) for a in frame.heartbeat.owned_assignment_ids)
+            session.owned = owned
+            session.beat_at = asyncio.get_running_loop().time()
+            self._heartbeat(session, owned)
         elif kind == "cell_report":
             r = frame.cell_report
             report = codec.decode_report(r.report)
@@ -463,6 +481,33 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         except Overloaded:
             for seq in seqs:
                 self._ack(session, seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"))
+
+    def _heartbeat(self, session: Session, owned: tuple) -> None:
+        """Coalesced: only the latest heartbeat of each worker matters, and all of them go to
+        the actor in one request."""
+        self.hub.heartbeats[session.worker_id] = (session, owned)
+        if self.hub.heartbeat_flush is None:
+            loop = asyncio.get_running_loop()
+            self.hub.heartbeat_flush = loop.call_later(HEARTBEAT_COALESCE_MS / 1000, self._flush_heartbeats)
+
+    def _refresh_liveness(self) -> None:
+        """Every heartbeat interval: each protocol-4 session whose stream is still up and that
+        sent no heartbeat of its own meanwhile counts as heard from, with what it last said it
+        owns. A dead peer's transport fails its keepalive within TRANSPORT_DEAD_AFTER_MS, which
+        ends the stream (WorkerDisconnected), and then silence does what it always did."""
+        hub = self.hub
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        interval = hub.heartbeat_interval_s
+        live = False
+        for session in list(hub.sessions.values()):
+            if not session.transport_liveness or session.cut_reason:
+                continue
+            live = True
+            if now - session.beat_at >= interval * 0.9:
+                session.beat_at = now
+                self._heartbeat(session, session.owned)
+        hub.liveness_refresh = loop.call_later(interval, self._refresh_liveness) if live else None
 
     def _flush_heartbeats(self) -> None:
         self.hub.heartbeat_flush = None

@@ -364,6 +364,7 @@ class WorkerSession:
         self._token = ""
         self._has_credential = False  # until then the token file is re-read before each connect
         self._heartbeat_interval_s = HEARTBEAT_INTERVAL_MS_DEFAULT / 1000
+        self._idle_heartbeat_s = 0.0  # 0: a heartbeat every interval
         self._groups: asyncio.TaskGroup | None = None
         self._log = log.bind(worker=config.worker_id)
         self.streams_opened = 0
@@ -674,6 +675,7 @@ class WorkerSession:
         interval_ms = max(HEARTBEAT_INTERVAL_MS_MIN, min(HEARTBEAT_INTERVAL_MS_MAX, interval_ms))
         self._heartbeat_interval_s = interval_ms / 1000
         s.report_batches = welcome.protocol_version >= REPORT_BATCH_PROTOCOL_VERSION
+        self._idle_heartbeat_s = welcome.idle_heartbeat_interval_ms / 1000 if s.report_batches else 0.0
         self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,
                        heartbeat_interval_ms=interval_ms, outbox_depth=self._state.depth,
                        held=len(self._held))
@@ -688,9 +690,24 @@ class WorkerSession:
         )
 
     async def _ticker(self, s: _Stream) -> None:
+        """A heartbeat every interval; to a coordinator whose liveness is the transport's
+        (protocol 4, `idle_heartbeat_interval_ms` in its Welcome), only when what it would say
+        changed or the idle interval has passed."""
+        loop = asyncio.get_running_loop()
+        last: tuple[Any, ...] | None = None
+        sent_at = loop.time()
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
+            if self._idle_heartbeat_s > self._heartbeat_interval_s:
+                now = loop.time()
+                said = self._heartbeat_content()
+                if said == last and now - sent_at < self._idle_heartbeat_s:
+                    continue
+                last, sent_at = said, now
             await s.heartbeat_due()
+
+    def _heartbeat_content(self) -> tuple[Any, ...]:
+        return (sorted(aid for aid, h in self._held.items() if not h.revoked), self._running_cells)
 
     async def _drain_notice(self, s: _Stream) -> None:
         await self._draining.wait()

@@ -52,6 +52,8 @@ def grpc_options() -> list[tuple[str, int]]:
         # The server's own pings: the liveness of idle protocol-4 sessions (common/limits.py).
         ("grpc.keepalive_time_ms", limits.SERVER_KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", limits.SERVER_KEEPALIVE_TIMEOUT_MS),
+        # gRPC core's own deadline for a ping's ack (1 minute by default) must not be longer.
+        ("grpc.http2.ping_timeout_ms", limits.SERVER_KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         # The least interval of the workers' pings (every KEEPALIVE_TIME_MS) accepted without

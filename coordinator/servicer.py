@@ -305,9 +305,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             session.transport_liveness = True
             session.owned = cmd_owned
             session.beat_at = loop.time()
-            self.hub.heartbeat_interval_s = interval / 1000
+            # Often enough that a live worker is never silent for suspect_after_ms; no oftener.
+            self.hub.heartbeat_interval_s = max(interval, suspect // 2) / 1000
             if self.hub.liveness_refresh is None:
-                self.hub.liveness_refresh = loop.call_later(interval / 1000, self._refresh_liveness)
+                self.hub.liveness_refresh = loop.call_later(self.hub.heartbeat_interval_s, self._refresh_liveness)
         offsets = []
         for pending in hello.pending_uploads:
             committed = await asyncio.to_thread(self._committed_offset, wid, pending.digest)
@@ -491,7 +492,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             self.hub.heartbeat_flush = loop.call_later(HEARTBEAT_COALESCE_MS / 1000, self._flush_heartbeats)
 
     def _refresh_liveness(self) -> None:
-        """Every heartbeat interval: each protocol-4 session whose stream is still up and that
+        """Every half suspicion window (at least every heartbeat interval): each protocol-4
+        session whose stream is still up and that
         sent no heartbeat of its own meanwhile counts as heard from, with what it last said it
         owns. A dead peer's transport fails its keepalive within TRANSPORT_DEAD_AFTER_MS, which
         ends the stream (WorkerDisconnected), and then silence does what it always did."""

@@ -46,7 +46,7 @@ def test_sigterm_past_the_drain_deadline_hands_groups_back_for_immediate_redispa
     policy = dict(FAST_POLICY, suspectAfterMs=20_000, expireAfterMs=60_000, recoveryGraceMs=60_000)
     try:
         cluster.start_coordinator()
-        w1 = cluster.start_worker("w1", slots=1, extra=("--drain-timeout-s", "1"))
+        w1 = cluster.start_worker("w1", slots=1, extra=("--drain-timeout-s", "1", "--log-level", "debug"))  # "outcome buffered" is debug
         log = tmp_path / "executions.log"
         spec = intbench_spec(1, ("hang",), cap=1)
         spec["subjects"][0]["args"].append(str(log))  # the subject writes "start" when it runs

@@ -34,6 +34,8 @@ ACK_BATCH_PROTOCOL_VERSION = 2  # from this revision on, a worker accepts AckBat
 # cannot show that it runs the run's benchmark and is refused.
 RUN_OFFER_PROTOCOL_VERSION = 3
 REPORT_BATCH_PROTOCOL_VERSION = 4  # from this revision on, a worker may send ReportBatch
+BUNDLE_PROTOCOL_VERSION = 4  # ... and reads FrameBundle
+BUNDLE_FRAMES_MAX = 256
 TRANSPORT_LIVENESS_PROTOCOL_VERSION = 4  # ... and heartbeats only on change (liveness: keepalive)
 ACK_BATCH_MAX = 256
 

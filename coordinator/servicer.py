@@ -68,6 +68,7 @@ class Session:
     # Protocol 4 with transport liveness: while the stream is up, the servicer tells the actor
     # so every heartbeat interval, with what the worker's last heartbeat (or hello) said it owns.
     transport_liveness: bool = False
+    bundles: bool = False  # protocol 4: frames queued together travel as one FrameBundle
     owned: tuple = ()
     beat_at: float = 0.0  # loop time of the last heartbeat received or refreshed
     held: list = field(default_factory=list)  # a frame (or the cut sentinel None) taken while batching acks
@@ -251,7 +252,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             return
         wid = WorkerId(grant.worker_id)
         session = Session(wid, context, batch_acks=hello.protocol_version >= codec.ACK_BATCH_PROTOCOL_VERSION,
-                          incarnation=hello.incarnation)
+                          incarnation=hello.incarnation,
+                          bundles=hello.protocol_version >= codec.BUNDLE_PROTOCOL_VERSION)
         try:
             await self._register(session, grant.new_credential, hello, environment, context)
             if session.cut_reason:
@@ -335,7 +337,35 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 raise _SessionCut(session.cut_reason)  # ends the reader too, through the task group
             if session.batch_acks and frame.WhichOneof("body") == "ack":
                 frame = CoordinatorServicer._batch_acks(session, frame)
+            if (session.bundles and frame.WhichOneof("body") != "welcome"  # the first frame goes alone
+                    and ((session.held and session.held[-1] is not None) or not session.queue.empty())):
+                frame = CoordinatorServicer._bundle(session, frame)
             await context.write(frame)
+
+    @staticmethod
+    def _bundle(session: Session, first: Any) -> Any:
+        """`first` and every frame queued behind it (acks joined as usual) in one message: one
+        write per wake-up of the writer instead of one per frame."""
+        frames = [first]
+        while len(frames) < codec.BUNDLE_FRAMES_MAX:
+            if session.held:  # the frame that ended a run of acks comes next
+                if session.held[-1] is None:
+                    break
+                nxt = session.held.pop()
+            else:
+                try:
+                    nxt = session.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                if nxt is None:
+                    session.held.append(nxt)  # the cut goes after what is bundled
+                    break
+            if nxt.WhichOneof("body") == "ack":
+                nxt = CoordinatorServicer._batch_acks(session, nxt)
+            frames.append(nxt)
+        if len(frames) == 1:
+            return first
+        return coordinator_pb2.CoordinatorFrame(bundle=coordinator_pb2.FrameBundle(frames=frames))
 
     @staticmethod
     def _batch_acks(session: Session, first: Any) -> Any:

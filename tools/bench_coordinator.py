@@ -488,21 +488,25 @@ class Sim:
                     if not self.stopping:
                         self.error = "stream ended"
                     return
-                kind = frame.WhichOneof("body")
-                if kind == "ack":
-                    self._on_ack(frame.ack)
-                elif kind == "acks":
-                    for ack in frame.acks.acks:
-                        self._on_ack(ack)
-                elif kind == "assignment":
-                    self._on_push(frame.assignment)
-                elif kind == "run_offer":  # a run submitted without a manifest names no key
-                    self.send("", "", run_environment=coordinator_pb2.RunEnvironment(
-                        run_id=frame.run_offer.run_id, components=[common_pb2.EnvironmentComponent(key=k, value="")
-                                                                   for k in frame.run_offer.keys]))
+                for inner in (frame.bundle.frames if frame.WhichOneof("body") == "bundle" else [frame]):
+                    self._on_frame(inner)
         except grpc.aio.AioRpcError as e:
             if not self.stopping:
                 self.error = f"stream: {e.code().name}: {e.details()}"
+
+    def _on_frame(self, frame: Any) -> None:
+        kind = frame.WhichOneof("body")
+        if kind == "ack":
+            self._on_ack(frame.ack)
+        elif kind == "acks":
+            for ack in frame.acks.acks:
+                self._on_ack(ack)
+        elif kind == "assignment":
+            self._on_push(frame.assignment)
+        elif kind == "run_offer":  # a run submitted without a manifest names no key
+            self.send("", "", run_environment=coordinator_pb2.RunEnvironment(
+                run_id=frame.run_offer.run_id, components=[common_pb2.EnvironmentComponent(key=k, value="")
+                                                           for k in frame.run_offer.keys]))
 
     def _on_push(self, p: Any) -> None:
         now = mono()

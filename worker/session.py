@@ -732,41 +732,50 @@ class WorkerSession:
             frame = await s.call.read()
             if frame is grpc.aio.EOF:
                 raise _StreamEnded("the coordinator ended the stream")
-            kind = frame.WhichOneof("body")
-            if kind == "ack":
-                if not s.on_ack(frame.ack):
-                    self._log.debug("ack for a frame that waits for none", seq=frame.ack.seq)
-            elif kind == "acks":
-                for ack in frame.acks.acks:
-                    if not s.on_ack(ack):
-                        self._log.debug("ack for a frame that waits for none", seq=ack.seq)
-            elif kind == "assignment":
-                await self._on_push(frame.assignment)
-            elif kind == "revoke":
-                await self._on_revoke(frame.revoke)
-            elif kind == "run_state":
-                rs = frame.run_state
-                self._log.info("run state", run=rs.run_id, paused=rs.paused, blocked_reason=rs.blocked_reason)
-            elif kind == "run_offer":
-                offer = frame.run_offer
-                if offer.run_id not in s.offered:  # a heartbeat may bring the same offer again
-                    try:
-                        s.offers.put_nowait((offer.run_id, tuple(offer.keys)))
-                        s.offered[offer.run_id] = None
-                    except asyncio.QueueFull:
-                        self._log.warning("run offer dropped: too many queued; it comes again", run=offer.run_id)
-            elif kind == "run_refused":
-                self._on_run_refused(frame.run_refused)
-            elif kind == "drain":
-                self._log.info("drain requested by the coordinator", reason=frame.drain.reason)
-                self.drain()
-            elif kind == "upload_status":
-                self._log.debug("upload status", digest=frame.upload_status.digest,
-                                committed_offset=frame.upload_status.committed_offset)
-            elif kind == "welcome":
-                self._log.warning("a second welcome on one stream ignored", stream=s.number)
+            if frame.WhichOneof("body") == "bundle":  # protocol 4: several frames, in order
+                for inner in frame.bundle.frames:
+                    if inner.WhichOneof("body") == "bundle":
+                        raise _ProtocolError("a frame bundle inside a frame bundle")
+                    await self._on_frame(s, inner)
             else:
-                raise _ProtocolError(f"a coordinator frame without a known body ({kind})")
+                await self._on_frame(s, frame)
+
+    async def _on_frame(self, s: _Stream, frame: coordinator_pb2.CoordinatorFrame) -> None:
+        kind = frame.WhichOneof("body")
+        if kind == "ack":
+            if not s.on_ack(frame.ack):
+                self._log.debug("ack for a frame that waits for none", seq=frame.ack.seq)
+        elif kind == "acks":
+            for ack in frame.acks.acks:
+                if not s.on_ack(ack):
+                    self._log.debug("ack for a frame that waits for none", seq=ack.seq)
+        elif kind == "assignment":
+            await self._on_push(frame.assignment)
+        elif kind == "revoke":
+            await self._on_revoke(frame.revoke)
+        elif kind == "run_state":
+            rs = frame.run_state
+            self._log.info("run state", run=rs.run_id, paused=rs.paused, blocked_reason=rs.blocked_reason)
+        elif kind == "run_offer":
+            offer = frame.run_offer
+            if offer.run_id not in s.offered:  # a heartbeat may bring the same offer again
+                try:
+                    s.offers.put_nowait((offer.run_id, tuple(offer.keys)))
+                    s.offered[offer.run_id] = None
+                except asyncio.QueueFull:
+                    self._log.warning("run offer dropped: too many queued; it comes again", run=offer.run_id)
+        elif kind == "run_refused":
+            self._on_run_refused(frame.run_refused)
+        elif kind == "drain":
+            self._log.info("drain requested by the coordinator", reason=frame.drain.reason)
+            self.drain()
+        elif kind == "upload_status":
+            self._log.debug("upload status", digest=frame.upload_status.digest,
+                            committed_offset=frame.upload_status.committed_offset)
+        elif kind == "welcome":
+            self._log.warning("a second welcome on one stream ignored", stream=s.number)
+        else:
+            raise _ProtocolError(f"a coordinator frame without a known body ({kind})")
 
     async def _measurer(self, s: _Stream) -> None:
         """Measure each offered run's keys from this worker's own bench root (in a thread:

@@ -35,7 +35,7 @@ class WorkerFrame(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., cell_report: _Optional[_Union[CellReport, _Mapping]] = ..., upload_chunk: _Optional[_Union[UploadChunk, _Mapping]] = ..., group_finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., drain_notice: _Optional[_Union[DrainNotice, _Mapping]] = ..., goodbye: _Optional[_Union[Goodbye, _Mapping]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., run_environment: _Optional[_Union[RunEnvironment, _Mapping]] = ..., report_batch: _Optional[_Union[ReportBatch, _Mapping]] = ...) -> None: ...
 
 class CoordinatorFrame(_message.Message):
-    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain", "acks", "run_offer", "run_refused")
+    __slots__ = ("welcome", "assignment", "revoke", "ack", "run_state", "upload_status", "drain", "acks", "run_offer", "run_refused", "bundle")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class CoordinatorFrame(_message.Message):
     ACKS_FIELD_NUMBER: _ClassVar[int]
     RUN_OFFER_FIELD_NUMBER: _ClassVar[int]
     RUN_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     assignment: AssignmentPush
     revoke: Revoke
@@ -56,7 +57,14 @@ class CoordinatorFrame(_message.Message):
     acks: AckBatch
     run_offer: RunOffer
     run_refused: RunRefused
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ..., drain: _Optional[_Union[DrainRequest, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., run_offer: _Optional[_Union[RunOffer, _Mapping]] = ..., run_refused: _Optional[_Union[RunRefused, _Mapping]] = ...) -> None: ...
+    bundle: FrameBundle
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[AssignmentPush, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., run_state: _Optional[_Union[RunStateNotice, _Mapping]] = ..., upload_status: _Optional[_Union[UploadStatus, _Mapping]] = ..., drain: _Optional[_Union[DrainRequest, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., run_offer: _Optional[_Union[RunOffer, _Mapping]] = ..., run_refused: _Optional[_Union[RunRefused, _Mapping]] = ..., bundle: _Optional[_Union[FrameBundle, _Mapping]] = ...) -> None: ...
+
+class FrameBundle(_message.Message):
+    __slots__ = ("frames",)
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    frames: _containers.RepeatedCompositeFieldContainer[CoordinatorFrame]
+    def __init__(self, frames: _Optional[_Iterable[_Union[CoordinatorFrame, _Mapping]]] = ...) -> None: ...
 
 class PendingUpload(_message.Message):
     __slots__ = ("digest", "total_length")

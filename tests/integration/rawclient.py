@@ -96,6 +96,7 @@ class RawSession:
         self._out: queue.Queue = queue.Queue(SEND_QUEUE_FRAMES_MAX)
         self._in: queue.Queue = queue.Queue(RECV_QUEUE_FRAMES_MAX)
         self._status: tuple[grpc.StatusCode, str] | None = None
+        self._bundled: list = []  # frames of a FrameBundle not yet taken
         self._call = self._stub.Session(self._requests(), metadata=self.metadata)
         self._reader = threading.Thread(target=self._read_loop, name="rawclient-reader", daemon=True)
         self._reader.start()
@@ -128,6 +129,16 @@ class RawSession:
         return self.seq
 
     def recv(self, timeout: float = READ_TIMEOUT_S, waiting_for: str = "a frame") -> Any:
+        """The next frame (a FrameBundle, to a hello of protocol 4, is read frame by frame)."""
+        if self._bundled:
+            return self._take(self._bundled.pop(0))
+        item = self._next(timeout, waiting_for)
+        if item.WhichOneof("body") == "bundle":
+            self._bundled = list(item.bundle.frames)
+            return self._take(self._bundled.pop(0))
+        return self._take(item)
+
+    def _next(self, timeout: float, waiting_for: str) -> Any:
         """The next frame; raises SessionClosed when the stream ended, AssertionError on timeout."""
         try:
             item = self._in.get(timeout=timeout)
@@ -137,6 +148,9 @@ class RawSession:
             self._in.put(_END)  # keep reporting the end to later reads
             code, details = self._status or (grpc.StatusCode.UNKNOWN, "")
             raise SessionClosed(code, details, waiting_for)
+        return item
+
+    def _take(self, item: Any) -> Any:
         kind = item.WhichOneof("body")
         if kind == "assignment":
             self.pushes.append(item.assignment)

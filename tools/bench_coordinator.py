@@ -58,7 +58,7 @@ from common.fleetpb import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 NOOPBENCH = REPO / "tools" / "benchdata" / "noopbench"
-NAMES = ("w1", "commit", "refill", "idle", "upload")
+NAMES = ("w1", "commit", "refill", "idle", "upload", "reports")
 ENVIRONMENT_ID = "env-bench-coordinator-1"
 SUBJECTS = 3
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -533,10 +533,18 @@ class Sim:
             return
         aid = p.assignment_id
         report = bench_report(int(time.time() * 1000))
-        for cell in p.cells:
-            self.send("report", aid, cell_report=coordinator_pb2.CellReport(
-                run_id=p.run_id, attempt_id=cell.attempt_id, assignment_id=aid, generation=p.generation,
-                report=report))
+        reports = [coordinator_pb2.CellReport(run_id=p.run_id, attempt_id=cell.attempt_id, assignment_id=aid,
+                                              generation=p.generation, report=report) for cell in p.cells]
+        if self.cfg.get("protocol", 2) >= 4:  # one ReportBatch: one seq per report, as fleet-worker sends them
+            first = self.seq + 1
+            for i in range(len(reports)):
+                self.pending[first + i] = ("report", aid)
+            self.seq += len(reports)
+            self.out.put_nowait(coordinator_pb2.WorkerFrame(
+                seq=first, report_batch=coordinator_pb2.ReportBatch(reports=reports)))
+        else:
+            for r in reports:
+                self.send("report", aid, cell_report=r)
         self.groups[aid] = [len(p.cells), mono()]
 
     def _on_ack(self, ack: Any) -> None:
@@ -755,14 +763,17 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
 
 # ---- group commit ------------------------------------------------------------------------------
 
-def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path | None) -> dict:
+def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path | None, *,
+                     protocol: int = 2, slots: int = 2) -> dict:
     label = "default batching" if batch_max is None else f"batch_max={batch_max}"
+    if protocol >= 4:
+        label += f", protocol {protocol} (ReportBatch), {slots} slots per worker"
     coord = Coordinator(root, batch_max=batch_max, counters=True)
     clients = None
     try:
-        workers, slots = sz.commit_clients, 2
+        workers = sz.commit_clients
         coord.submit(noop_spec(sz.commit_groups, cap=workers * slots, name="commitbench"))
-        clients = Clients(root, coord, mode="commit", workers=workers, processes=2, slots=slots)
+        clients = Clients(root, coord, mode="commit", workers=workers, processes=2, slots=slots, protocol=protocol)
         coord.wait_workers(workers, START_TIMEOUT_S)
         time.sleep(1.0)  # warm-up: every slot busy, the log past its first batches
         c0, cpu0, ccpu0 = coord.counters(), cpu_seconds(coord.pid), clients.cpu()
@@ -1246,6 +1257,10 @@ def table(fig: dict) -> list[str]:
             f"{fig['bare_lmdb_per_s']:.0f}", "", None)
         row("group commit / bare LMDB", f"{fig['commit_vs_bare']:.3f}", ">= 0.5", fig["commit_vs_bare"] >= 0.5)
         row("actor alone: batched / batch_max=1", f"{fig['actor_ratio']:.2f}x", "(>= 10x)", fig["actor_ratio"] >= 10)
+    for slots in (2, 8):
+        if f"reports_p4_{slots}slots_per_s" in fig:
+            row(f"durable reports/s, 64 workers, ReportBatch, {slots} slots", f"{fig[f'reports_p4_{slots}slots_per_s']:.0f}",
+                ">= 20,000", fig[f"reports_p4_{slots}slots_per_s"] >= 20_000)
     if "refill_p99_ms" in fig:
         row("refill ack -> push p50", f"{fig['refill_p50_ms']:.2f} ms", "", None)
         row("refill ack -> push p99", f"{fig['refill_p99_ms']:.2f} ms", "< 20 ms", fig["refill_p99_ms"] < 20)
@@ -1266,7 +1281,20 @@ def table(fig: dict) -> list[str]:
     return out
 
 
+def bench_reports(sz: Sizes, root: Path, profile: Path | None) -> dict:
+    """Durable reports/s over gRPC from 64 simulated workers of protocol 4 (every group's
+    reports in one ReportBatch), with 2 and with 8 slots per worker."""
+    say(f"Reports over gRPC: {sz.commit_clients} simulated workers of protocol 4, {sz.commit_window_s:g} s windows")
+    out: dict = {}
+    for slots in (2, 8):
+        r = grpc_commit_rate(sz, root / f"reports-{slots}", None, profile, protocol=4, slots=slots)
+        out[f"reports_p4_{slots}slots_per_s"] = r["acked_rate"]
+        out[f"reports_p4_{slots}slots"] = r
+    return out
+
+
 BENCHES = {"w1": bench_w1, "commit": bench_commit, "refill": bench_refill, "idle": bench_idle,
+           "reports": bench_reports,
            "upload": bench_upload}
 
 

@@ -10,6 +10,12 @@ unreferenced file or a temporary file behind, never an entry without its file, a
 sweeps both. One state directory belongs to one worker process at a time (a kernel
 `flock`, released by the kernel when the owner dies) and to one worker id forever.
 
+Group commit. The `*_async` entry points queue their operation for one writer thread, which
+applies everything queued (and whatever arrives within OUTBOX_GROUP_COMMIT_WAIT_MS) in one
+write transaction and one fsync, each operation in a nested transaction of its own. A caller
+resumes only after that commit: the same promise as the synchronous methods, at one fsync
+and one hop back to the event loop per batch instead of per operation.
+
 Layout under `state_dir`:
 
     LOCK                       flock held while open; the owner's pid inside

@@ -19,6 +19,11 @@ heartbeat ticker, outbox pump and finisher, which all die with the stream. Every
 a named bound; the heartbeat is one coalesced slot that goes before queued frames. The reader
 never waits for room in the send queue, so acks always get through.
 
+Protocol 4, when the Welcome offers it: reports queued behind each other leave as one
+ReportBatch (one seq per report, each acked on its own); a FrameBundle from the coordinator
+is read frame by frame; heartbeats go out only when what they say changed, or at the idle
+interval, since the transport's keepalive carries liveness.
+
 Failures. A stream closed with UNAUTHENTICATED, PERMISSION_DENIED or FAILED_PRECONDITION
 ends the session (`Refused`); any other end of a stream reconnects with exponential backoff
 and full jitter; storage errors of the state directory propagate (fail-stop).

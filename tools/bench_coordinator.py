@@ -18,8 +18,12 @@ NAME is one of:
   refill  slot refill latency seen by 50 simulated workers of 1 slot holding each group for a
           while: from the ack of a group's last report to the next push (p50, p99), and from
           sending that report to the next push.
-  idle    1,000 registered sessions (4 client processes, asyncio) heartbeating every 1 s for
-          30 s, no run: coordinator CPU share (utime+stime from /proc/PID/stat) and VmRSS.
+  idle    1,000 registered sessions (4 client processes, asyncio) for 30 s, no run, twice:
+          protocol 2 (a heartbeat every 1 s), then protocol 4 (liveness by the coordinator's
+          keepalive pings, a heartbeat only at the idle interval): coordinator CPU share
+          (utime+stime from /proc/PID/stat) and VmRSS.
+  reports durable reports/s from 64 simulated workers of protocol 4 (a group's reports in one
+          ReportBatch), with 2 and with 8 slots per worker.
   upload  MB/s of a 64 MiB artifact uploaded in 1 MiB chunks through a session (8 chunks in
           flight, as the worker does), against SHA-256 plus write-and-fsync of the same bytes.
 

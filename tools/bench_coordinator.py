@@ -19,7 +19,7 @@ NAME is one of:
           while: from the ack of a group's last report to the next push (p50, p99), and from
           sending that report to the next push.
   idle    1,000 registered sessions (4 client processes, asyncio) for 30 s, no run, twice:
-          protocol 2 (a heartbeat every 1 s), then protocol 4 (liveness by the coordinator's
+          protocol 3 (a heartbeat every 1 s), then protocol 4 (liveness by the coordinator's
           keepalive pings, a heartbeat only at the idle interval): coordinator CPU share
           (utime+stime from /proc/PID/stat) and VmRSS.
   reports durable reports/s from 64 simulated workers of protocol 4 (a group's reports in one
@@ -446,7 +446,7 @@ class Sim:
         tasks: list[asyncio.Task] = []
         try:
             call = coordinator_pb2_grpc.CoordinatorStub(channel).Session(metadata=md)
-            await call.write(hello_frame(self.worker_id, self.slots, self.cfg.get("protocol", 2)))
+            await call.write(hello_frame(self.worker_id, self.slots, self.cfg.get("protocol", 3)))
             first = await asyncio.wait_for(call.read(), 60)
             if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
                 self.error = f"no welcome: {first}"
@@ -539,7 +539,7 @@ class Sim:
         report = bench_report(int(time.time() * 1000))
         reports = [coordinator_pb2.CellReport(run_id=p.run_id, attempt_id=cell.attempt_id, assignment_id=aid,
                                               generation=p.generation, report=report) for cell in p.cells]
-        if self.cfg.get("protocol", 2) >= 4:  # one ReportBatch: one seq per report, as fleet-worker sends them
+        if self.cfg.get("protocol", 3) >= 4:  # one ReportBatch: one seq per report, as fleet-worker sends them
             first = self.seq + 1
             for i in range(len(reports)):
                 self.pending[first + i] = ("report", aid)
@@ -632,7 +632,7 @@ class Clients:
 
     def __init__(self, root: Path, coord: Coordinator, *, mode: str, workers: int, processes: int,
                  slots: int = 1, hold_ms: tuple[int, int] | None = None, ramp_s: float = 0.0,
-                 protocol: int = 2) -> None:
+                 protocol: int = 3) -> None:
         self.root = root
         self.stop_file = root / f"stop-{mode}"
         self.procs: list[Proc] = []
@@ -768,7 +768,7 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
 # ---- group commit ------------------------------------------------------------------------------
 
 def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path | None, *,
-                     protocol: int = 2, slots: int = 2) -> dict:
+                     protocol: int = 3, slots: int = 2) -> dict:
     label = "default batching" if batch_max is None else f"batch_max={batch_max}"
     if protocol >= 4:
         label += f", protocol {protocol} (ReportBatch), {slots} slots per worker"
@@ -1024,16 +1024,16 @@ def bench_refill(sz: Sizes, root: Path, profile: Path | None) -> dict:
 # ---- idle fleet --------------------------------------------------------------------------------
 
 def bench_idle(sz: Sizes, root: Path, profile: Path | None) -> dict:
-    """Twice, back to back: sessions of protocol 2 (a heartbeat every 1 s), then of protocol 4
+    """Twice, back to back: sessions of protocol 3 (a heartbeat every 1 s), then of protocol 4
     (liveness by the coordinator's HTTP/2 keepalive pings, a heartbeat only on change or at the
     idle interval, as fleet-worker does)."""
     out: dict = {}
-    for protocol in (2, 4):
+    for protocol in (3, 4):
         r = _idle_once(sz, root / f"idle-p{protocol}", profile, protocol)
         out[f"idle_p{protocol}"] = r
     out.update(out["idle_p4"])
-    out["idle_cpu_p2"] = out["idle_p2"]["idle_cpu"]
-    say(f"  protocol 4 / protocol 2 idle CPU: {out['idle_cpu'] / out['idle_cpu_p2']:.2f}")
+    out["idle_cpu_p3"] = out["idle_p3"]["idle_cpu"]
+    say(f"  protocol 4 / protocol 3 idle CPU: {out['idle_cpu'] / out['idle_cpu_p3']:.2f}")
     return out
 
 
@@ -1270,8 +1270,8 @@ def table(fig: dict) -> list[str]:
         row("refill ack -> push p99", f"{fig['refill_p99_ms']:.2f} ms", "< 20 ms", fig["refill_p99_ms"] < 20)
         row("refill report sent -> push p99", f"{fig['refill_sent_p99_ms']:.2f} ms", "", None)
     if "idle_cpu" in fig:
-        if "idle_cpu_p2" in fig:
-            row("idle fleet CPU, protocol 2 (beat every 1 s)", f"{100 * fig['idle_cpu_p2']:.1f}% of a core", "", None)
+        if "idle_cpu_p3" in fig:
+            row("idle fleet CPU, protocol 3 (beat every 1 s)", f"{100 * fig['idle_cpu_p3']:.1f}% of a core", "", None)
         row("idle fleet coordinator CPU, protocol 4", f"{100 * fig['idle_cpu']:.1f}% of a core", "<= 5%",
             fig["idle_cpu"] <= 0.05)
         row("idle fleet coordinator VmRSS", f"{fig['idle_rss_mb']:.0f} MB", "< 400 MB", fig["idle_rss_mb"] < 400)

@@ -38,6 +38,11 @@ SCORE_ABS_MAX = 1e12
 CHUNK_BYTES_MAX = 1 << 20  # 1 MiB per upload chunk keeps a frame well under MESSAGE_BYTES_MAX.
 MESSAGE_BYTES_MAX = 8 << 20  # An assignment push of a large group, a spec of 100k cells compressed.
 SPEC_BYTES_MAX = 64 << 20  # Admin submit of a very large spec travels unary, not on a session.
+# The one message bigger than MESSAGE_BYTES_MAX: a SubmitRun of a spec up to SPEC_BYTES_MAX
+# (its JSON as a string; a million cells is about 12 MB), its policy and the envelope. gRPC
+# limits are per server, so the coordinator's receive limit is this, and a worker frame is held
+# to MESSAGE_BYTES_MAX by the session servicer itself.
+ADMIN_REQUEST_BYTES_MAX = SPEC_BYTES_MAX + (1 << 20)
 ARTIFACT_BYTES_MAX = 1 << 30  # One artifact file; larger logs should be compressed by the adapter.
 ARTIFACTS_PER_REPORT_MAX = 256
 OUTBOX_ENTRIES_MAX = 100_000
@@ -80,6 +85,7 @@ assert RECOVERY_GRACE_MS_DEFAULT >= EXPIRE_AFTER_MS_DEFAULT, "recovery grace cov
 assert RETRY_BACKOFF_MAX_MS_DEFAULT >= RETRY_BACKOFF_MS_DEFAULT
 assert REPORT_BATCH_BYTES_MAX <= MESSAGE_BYTES_MAX // 2, "a batch of reports must fit one message"
 assert CHUNK_BYTES_MAX * 2 <= MESSAGE_BYTES_MAX, "a chunk plus its frame must fit one message"
+assert ADMIN_REQUEST_BYTES_MAX > SPEC_BYTES_MAX >= MESSAGE_BYTES_MAX, "a spec submit is the largest message"
 assert KEEPALIVE_TIMEOUT_MS < KEEPALIVE_TIME_MS
 assert RECONNECT_BACKOFF_MS_MIN < RECONNECT_BACKOFF_MS_MAX
 

@@ -45,10 +45,15 @@ __all__ = ["Config", "is_loopback", "main", "serve"]
 
 
 def grpc_options() -> list[tuple[str, int]]:
-    """Spelled out from the named limits, not left to library defaults (both sides)."""
+    """Spelled out from the named limits, not left to library defaults (both sides).
+
+    Every answer fits MESSAGE_BYTES_MAX (results and attempts come in pages); the one request
+    that may be larger is a SubmitRun of a spec up to SPEC_BYTES_MAX. gRPC has one receive
+    limit per server, so worker frames are held to MESSAGE_BYTES_MAX by the session servicer.
+    """
     return [
         ("grpc.max_send_message_length", limits.MESSAGE_BYTES_MAX),
-        ("grpc.max_receive_message_length", limits.MESSAGE_BYTES_MAX),
+        ("grpc.max_receive_message_length", limits.ADMIN_REQUEST_BYTES_MAX),
         # The server's own pings: the liveness of idle protocol-4 sessions (common/limits.py).
         ("grpc.keepalive_time_ms", limits.SERVER_KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", limits.SERVER_KEEPALIVE_TIMEOUT_MS),

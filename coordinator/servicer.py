@@ -398,6 +398,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 # A ReportBatch of N reports takes N sequence numbers, one per report.
                 span = len(frame.report_batch.reports) if frame.WhichOneof("body") == "report_batch" else 1
                 session.expected_seq += max(1, span)
+                size = frame.ByteSize()
+                if size > limits.MESSAGE_BYTES_MAX:
+                    # The server's receive limit is a spec submit's (limits.ADMIN_REQUEST_BYTES_MAX):
+                    # a worker frame is held to the session's own limit here.
+                    self._ack(session, frame.seq, rejected(
+                        Rejection.MESSAGE_TOO_LARGE, f"frame of {size} bytes exceeds {limits.MESSAGE_BYTES_MAX}"))
+                    continue
                 try:
                     await self._handle(session, frame)
                 except FrameError as e:

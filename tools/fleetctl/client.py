@@ -19,8 +19,11 @@ class CtlError(Exception):
 
 def channel(address: str, tls_ca: Path | None, tls_cert: Path | None = None,
             tls_key: Path | None = None) -> grpc.Channel:
-    options = [("grpc.max_send_message_length", limits.SPEC_BYTES_MAX),
-               ("grpc.max_receive_message_length", limits.SPEC_BYTES_MAX)]
+    # The coordinator's receive limit (coordinator/main.py grpc_options): a spec up to
+    # SPEC_BYTES_MAX submits. Its answers fit MESSAGE_BYTES_MAX; an older coordinator's
+    # unpaged results could be larger, so the receive side is as generous.
+    options = [("grpc.max_send_message_length", limits.ADMIN_REQUEST_BYTES_MAX),
+               ("grpc.max_receive_message_length", limits.ADMIN_REQUEST_BYTES_MAX)]
     if tls_ca is not None:
         creds = grpc.ssl_channel_credentials(tls_ca.read_bytes(), tls_key.read_bytes() if tls_key else None,
                                              tls_cert.read_bytes() if tls_cert else None)

@@ -63,6 +63,16 @@ COMMIT_BATCH_COMMANDS_MAX = 512
 # (24 us per record, `python -m tools.bench_core`), which bounds recovery time.
 SNAPSHOT_EVERY_RECORDS = 50_000
 SESSION_SEND_QUEUE_FRAMES_MAX = 1_000
+# Admin listings (GetResults, ListAttempts) come in pages built on the actor thread between
+# commits: a page of 1,000 cells costs a few milliseconds there, the maximum page tens of
+# milliseconds (tools/bench_scale), so no page stalls slot refills for long.
+PAGE_ITEMS_DEFAULT = 1_000
+PAGE_ITEMS_MAX = 5_000
+# A page also ends when its encoding passes this: cells with many artifacts stay one message.
+PAGE_BYTES_MAX = MESSAGE_BYTES_MAX // 2
+# A listing of a million cells takes about a minute page by page; a token older than this is
+# stale and refused (list again from the first page).
+PAGE_TOKEN_TTL_MS = 60 * 60 * 1_000
 KEEPALIVE_TIME_MS = 20_000
 KEEPALIVE_TIMEOUT_MS = 10_000
 # Liveness of an idle protocol-4 session is the transport's: the coordinator pings every
@@ -87,6 +97,8 @@ assert REPORT_BATCH_BYTES_MAX <= MESSAGE_BYTES_MAX // 2, "a batch of reports mus
 assert CHUNK_BYTES_MAX * 2 <= MESSAGE_BYTES_MAX, "a chunk plus its frame must fit one message"
 assert ADMIN_REQUEST_BYTES_MAX > SPEC_BYTES_MAX >= MESSAGE_BYTES_MAX, "a spec submit is the largest message"
 assert KEEPALIVE_TIMEOUT_MS < KEEPALIVE_TIME_MS
+assert PAGE_ITEMS_DEFAULT <= PAGE_ITEMS_MAX
+assert PAGE_BYTES_MAX + (1 << 20) <= MESSAGE_BYTES_MAX, "a full page plus its summary fits one message"
 assert RECONNECT_BACKOFF_MS_MIN < RECONNECT_BACKOFF_MS_MAX
 
 # Worker state directory (worker/outbox.py): the durable outbox, assignments, incarnation.

@@ -46,3 +46,4 @@ class Rejection(enum.IntEnum):
     STORAGE_FULL = 33  # the coordinator's disk or map is full; nothing was changed
     RUN_PIN_HELD = 34  # a pin release while a selected result or running group depends on it
     PROTOCOL_UNSUPPORTED = 35  # a worker too old to measure a run's environment
+    PAGE_TOKEN_INVALID = 40  # forged, stale, or from another run or listing (admin paging)

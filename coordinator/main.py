@@ -172,7 +172,8 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
         CoordinatorServicer(actor, hub, tokens, artifacts, incarnation, metrics,
                             client_identity=cfg.tls_client_ca is not None), server)
     admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(actor, hub, tokens, artifacts, store=store,
-                                                              data_dir=cfg.data_dir), server)
+                                                              data_dir=cfg.data_dir, incarnation=incarnation),
+                                               server)
     health_servicer = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from common.ids import AssignmentId, AttemptId, CellId, Digest, RunId, WorkerId,
 from common.policy import parse_policy_text
 from common.rejections import Rejection
 from common.spec import SpecError, canonical_json, parse_spec_text
-from coordinator import codec, views
+from coordinator import codec, paging, views
 from coordinator.actor import Actor, Batch, Overloaded, Request
 from coordinator.artifacts import ArtifactStore, UploadRejected
 from coordinator.auth import AuthError, TokenBook, bearer, certificate_identity_problem
@@ -35,8 +36,10 @@ from coordinator.codec import FrameError
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected
 from coordinator.errors import ArtifactCorrupt, StorageError, fail_stop
+from coordinator.core.summary import Tally
 from coordinator.metrics import Metrics
 from coordinator.store import Store
+from coordinator.paging import PageTokenError, PageTokens, Position
 
 log = structlog.get_logger("fleet.servicer")
 HELLO_TIMEOUT_S = 30
@@ -640,9 +643,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
     def __init__(self, actor: Actor, hub: Hub, tokens: TokenBook, artifacts: ArtifactStore, *,
-                 store: Store | None = None, data_dir: Path | None = None) -> None:
+                 store: Store | None = None, data_dir: Path | None = None,
+                 incarnation: int = 0, page_key: bytes | None = None) -> None:
         self.actor, self.hub, self.tokens, self.artifacts = actor, hub, tokens, artifacts
         self.store, self.data_dir = store, data_dir  # for Backup (coordinator/backup.py)
+        # The key lives and dies with the process: a token from an earlier one is stale.
+        self.page_tokens = PageTokens(page_key or secrets.token_bytes(32), incarnation)
 
     async def _auth(self, context: Any) -> None:
         token, _ = bearer(context.invocation_metadata())
@@ -704,21 +710,90 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             out.dead_letters.append(admin_pb2.DeadLetterStatus(worker_id=wid, attempt_id=attempt_id, reason=reason))
         return out
 
+    async def _page_request(self, context: Any, kind: int, request: Any) -> tuple[int, Position, Tally]:
+        """The page size and where to continue, or abort with INVALID_ARGUMENT."""
+        if request.page_size < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{Rejection.MALFORMED_FRAME.name}: page_size {request.page_size} is negative")
+        size = min(request.page_size or limits.PAGE_ITEMS_DEFAULT, limits.PAGE_ITEMS_MAX)
+        if not request.page_token:
+            return size, Position(), Tally()
+        try:
+            at, tally = self.page_tokens.decode(request.page_token, kind, request.run_id, self.actor.last_now_ms)
+        except PageTokenError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{Rejection.PAGE_TOKEN_INVALID.name}: {e}")
+            raise AssertionError("abort returns only by raising") from None
+        return size, at, tally
+
+    async def _page(self, context: Any, run_id: RunId, at: Position,
+                    make: Callable[[Any], views.Page | None]) -> views.Page:
+        """One page, built by one actor query: between pages the actor commits, so a large run
+        never holds it for a whole walk. A verified token pointing past its run (it cannot: the
+        order is fixed by the frozen spec) is refused like any other bad token."""
+        def query(s: Any) -> views.Page | str | None:
+            if run_id not in s.runs:
+                return None
+            return views.position_problem(s, run_id, at) or make(s)
+
+        out = await submit(self.actor, query=query)
+        if out is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
+        if isinstance(out, str):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{Rejection.PAGE_TOKEN_INVALID.name}: {out}")
+        return out
+
+    async def _too_large(self, context: Any, what: str) -> None:
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+            f"{Rejection.MESSAGE_TOO_LARGE.name}: {what} do not fit one message of {limits.MESSAGE_BYTES_MAX} "
+            "bytes: read them in pages (page_size, page_token; fleetctl does)"))
+
     async def GetResults(self, request: Any, context: Any) -> Any:
         await self._auth(context)
         run_id = RunId(request.run_id)
-        out = await submit(self.actor, query=lambda s: views.results(s, run_id))
-        if out is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
-        return out
+        whole = not request.page_size and not request.page_token  # unpaged: one message or a refusal
+        size, at, tally = await self._page_request(context, paging.KIND_RESULTS, request)
+        out = admin_pb2.GetResultsResponse()
+        total_bytes = 0
+        while True:
+            page = await self._page(context, run_id, at, lambda s, at=at, tally=tally: views.results_page(
+                s, run_id, at, size, limits.PAGE_BYTES_MAX, tally))
+            out.cells.extend(page.items)
+            out.total_size = page.total
+            total_bytes += page.size_bytes
+            if page.next_at is None:
+                assert page.summary is not None
+                out.summary.CopyFrom(page.summary)
+                return out
+            at, tally = page.next_at, page.tally
+            if not whole:
+                out.next_page_token = self.page_tokens.encode(paging.KIND_RESULTS, run_id, at,
+                                                              self.actor.last_now_ms, tally)
+                return out
+            if total_bytes > limits.MESSAGE_BYTES_MAX - limits.PAGE_BYTES_MAX:
+                await self._too_large(context, f"the {page.total} cells of run {run_id}")
 
     async def ListAttempts(self, request: Any, context: Any) -> Any:
         await self._auth(context)
         run_id = RunId(request.run_id)
-        out = await submit(self.actor, query=lambda s: views.attempts(s, run_id))
-        if out is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
-        return out
+        whole = not request.page_size and not request.page_token
+        size, at, _ = await self._page_request(context, paging.KIND_ATTEMPTS, request)
+        records: list = []
+        total_bytes = 0
+        while True:
+            page = await self._page(context, run_id, at, lambda s, at=at: views.attempts_page(
+                s, run_id, at, size, limits.PAGE_BYTES_MAX))
+            records.extend(page.items)
+            total_bytes += page.size_bytes
+            if page.next_at is None:
+                if whole:  # as before paging existed: the whole run in dispatch order
+                    records.sort(key=lambda rec: rec.dispatch_order)
+                return admin_pb2.ListAttemptsResponse(attempts=records)
+            at = page.next_at
+            if not whole:
+                return admin_pb2.ListAttemptsResponse(attempts=records, next_page_token=self.page_tokens.encode(
+                    paging.KIND_ATTEMPTS, run_id, at, self.actor.last_now_ms, Tally()))
+            if total_bytes > limits.MESSAGE_BYTES_MAX - limits.PAGE_BYTES_MAX:
+                await self._too_large(context, f"the attempts of run {run_id}")
 
     async def _action(self, context: Any, make: Callable[[int], object]) -> Any:
         await self._auth(context)

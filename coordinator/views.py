@@ -1,17 +1,23 @@
 """Read-only views of the core state for the admin API, built on the actor thread.
 
-They cost in proportion to the run (a summary walks every cell): fine for an operator's
-`status` or `results`, never called per worker frame.
+`status` costs in proportion to the run (it counts every cell) and is never called per
+worker frame. Results and attempts come in pages whose cost is bounded by the page
+(common/limits.py PAGE_ITEMS_MAX, PAGE_BYTES_MAX), so a large run never holds the actor
+thread for a whole walk.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
-from common.ids import RunId
 from common.identity import manifest_id
-from coordinator.core import summarize
-from coordinator.core.summary import run_counts
+from common.ids import RunId
 from coordinator.core.machine import liveness_policy
-from coordinator.core.state import State, WorkerStatus
+from coordinator.core.state import GroupState, RunState, State, WorkerStatus
+from coordinator.core.summary import IncompleteCell, SelectedResult, Tally, run_counts, run_state, visit_cell
+from coordinator.paging import Position
 from coordinator.logcodec import report_to_proto
 
 RUN_STATES = {"running": admin_pb2.RUN_STATE_RUNNING, "paused": admin_pb2.RUN_STATE_PAUSED,
@@ -85,78 +91,145 @@ def run_environment(state: State, run_id: RunId) -> coordinator_pb2.DescribeRunE
         environment_match=run.policy.environment_match)
 
 
-def results(state: State, run_id: RunId) -> admin_pb2.GetResultsResponse | None:
+@dataclass(slots=True)
+class Page:
+    """One page of a listing: its items, where the next page starts (None: this was the last),
+    and the tally of every cell listed so far, this page's included."""
+
+    items: list
+    next_at: Position | None
+    tally: Tally
+    total: int  # cells of the run
+    size_bytes: int  # the items' encoded size
+    summary: admin_pb2.Summary | None = None  # on the last page of GetResults
+
+
+def _cell_proto(state: State, v: SelectedResult | IncompleteCell) -> admin_pb2.CellResult:
+    if isinstance(v, IncompleteCell):
+        return admin_pb2.CellResult(
+            cell_id=v.cell_id, task_id=v.task_id, repetition=v.repetition, subject_id=v.subject_id,
+            state="incomplete", incomplete_reason=v.reason, attempts=v.attempts,
+            status=common_pb2.STATUS_UNSPECIFIED, incomplete_detail=v.detail)
+    report = state.attempts[v.attempt_id].report
+    assert report is not None
+    pr = report_to_proto(report)
+    cell = admin_pb2.CellResult(
+        cell_id=v.cell_id, task_id=v.task_id, repetition=v.repetition, subject_id=v.subject_id,
+        state="selected", score=v.score, status=pr.status, attempt_id=v.attempt_id, worker_id=v.worker_id,
+        assignment_id=v.assignment_id, generation=v.generation, dispatch_order=v.dispatch_order,
+        usage=pr.usage, attempts=v.attempts, artifacts=pr.artifacts, unavailable=pr.unavailable)
+    if report.cost_usd is not None:
+        cell.cost_usd = report.cost_usd
+    if report.started_ms:
+        cell.started_ms, cell.finished_ms = report.started_ms, report.finished_ms
+    for name in ("input_tokens", "output_tokens", "cached_tokens"):
+        value = getattr(report, name)
+        if value is not None:
+            setattr(cell, name, value)
+    return cell
+
+
+def position_problem(state: State, run_id: RunId, at: Position) -> str:
+    """Why a (verified) position does not continue this run's listing, or ""."""
+    run = state.runs[run_id]
+    if at.group >= len(run.groups) or at.offset >= len(run.groups[at.group].cells):
+        return f"the token points past the end of run {run_id}"
+    return ""
+
+
+def _walk(state: State, run_id: RunId, at: Position, items_max: int, bytes_max: int, tally: Tally,
+          visit: Callable[[State, RunState, GroupState, Any, int, Any, Tally], list]) -> Page:
+    """Cells from `at` in the run's fixed order until `items_max` items or `bytes_max` bytes
+    (a page holds at least one cell); the work per page is bounded by the page, not the run."""
+    run = state.runs[run_id]
+    spec = run.spec
+    items: list = []
+    size = 0
+    g, offset = at.group, at.offset
+    groups = run.groups
+    while g < len(groups):
+        group = groups[g]
+        task_id, repetition = spec.group_key(group.index)
+        cells = group.cells
+        while offset < len(cells):
+            if items and (len(items) >= items_max or size >= bytes_max):
+                return Page(items, Position(g, offset), tally, len(run.cells), size)
+            for item in visit(state, run, group, task_id, repetition, cells[offset], tally):
+                items.append(item)
+                size += item.ByteSize()
+            offset += 1
+        g, offset = g + 1, 0
+    return Page(items, None, tally, len(run.cells), size)
+
+
+def _results_visit(state: State, run: RunState, group: GroupState, task_id: Any, repetition: int, cid: Any,
+                   tally: Tally) -> list:
+    return [_cell_proto(state, visit_cell(state, run, group, task_id, repetition, cid, tally))]
+
+
+def results_page(state: State, run_id: RunId, at: Position, items_max: int, bytes_max: int,
+                 tally: Tally) -> Page | None:
+    """A page of GetResults (None: no such run); the caller checks `at` with position_problem."""
     if run_id not in state.runs:
         return None
-    s = summarize(state, run_id)
-    out = admin_pb2.GetResultsResponse()
-    for r in s.selected:
-        report = state.attempts[r.attempt_id].report
-        assert report is not None
-        pr = report_to_proto(report)
-        cell = admin_pb2.CellResult(
-            cell_id=r.cell_id, task_id=r.task_id, repetition=r.repetition, subject_id=r.subject_id,
-            state="selected", score=r.score, status=pr.status, attempt_id=r.attempt_id, worker_id=r.worker_id,
-            assignment_id=r.assignment_id, generation=r.generation, dispatch_order=r.dispatch_order,
-            usage=pr.usage, attempts=r.attempts, artifacts=pr.artifacts, unavailable=pr.unavailable)
-        if report.cost_usd is not None:
-            cell.cost_usd = report.cost_usd
-        if report.started_ms:
-            cell.started_ms, cell.finished_ms = report.started_ms, report.finished_ms
-        for name in ("input_tokens", "output_tokens", "cached_tokens"):
-            value = getattr(report, name)
-            if value is not None:
-                setattr(cell, name, value)
-        out.cells.append(cell)
-    for i in s.incomplete:
-        out.cells.append(admin_pb2.CellResult(
-            cell_id=i.cell_id, task_id=i.task_id, repetition=i.repetition, subject_id=i.subject_id,
-            state="incomplete", incomplete_reason=i.reason, attempts=i.attempts,
-            status=common_pb2.STATUS_UNSPECIFIED, incomplete_detail=i.detail))
-    out.summary.CopyFrom(admin_pb2.Summary(
-        selected=len(s.selected), incomplete=len(s.incomplete), observed_cost_usd=s.observed_cost_usd,
-        usage_complete=s.usage_complete, state=RUN_STATES[s.state], blocked_reason=s.blocked_reason,
-        peak_concurrent_groups=s.peak_concurrent_groups, slots_offered=s.slots_offered,
-        late_reports=s.late_reports, selected_cost_usd=s.selected_cost_usd))
-    score_range = state.runs[run_id].spec.score_range
+    page = _walk(state, run_id, at, items_max, bytes_max, tally, _results_visit)
+    if page.next_at is None:
+        page.summary = summary_of(state, run_id, page.tally)
+    return page
+
+
+def summary_of(state: State, run_id: RunId, tally: Tally) -> admin_pb2.Summary:
+    """The summary of a listing that is complete: its tally, and the run's state now."""
+    run = state.runs[run_id]
+    out = admin_pb2.Summary(
+        selected=tally.selected, incomplete=tally.incomplete, observed_cost_usd=round(tally.observed_cost_usd, 9),
+        usage_complete=tally.usage_complete, state=RUN_STATES[run_state(run, tally.incomplete > 0)],
+        blocked_reason=run.blocked_reason, peak_concurrent_groups=run.peak_active,
+        slots_offered=run.peak_slots_offered, late_reports=run.late_reports,
+        selected_cost_usd=round(tally.selected_cost_usd, 9))
+    score_range = run.spec.score_range
     if score_range is not None:
-        out.summary.score_range_low, out.summary.score_range_high = score_range
+        out.score_range_low, out.score_range_high = score_range
     return out
 
 
-def attempts(state: State, run_id: RunId) -> admin_pb2.ListAttemptsResponse | None:
-    run = state.runs.get(run_id)
-    if run is None:
-        return None
+def _attempts_visit(state: State, run: RunState, group: GroupState, task_id: Any, repetition: int, cid: Any,
+                    tally: Tally) -> list:
+    cell = run.cells[cid]
     records = []
-    for cell in run.cells.values():
-        task_id, repetition = run.spec.group_key(cell.group_index)
-        for tid in cell.attempts:
-            t = state.attempts[tid]
-            r = t.report
-            if cell.selected == tid:
-                kind = "selected"
-            elif r is not None:
-                kind = "late" if t.late else "retried"
-            else:
-                kind = "lost" if t.lost else "pending"
-            rec = admin_pb2.AttemptRecord(
-                attempt_id=tid, cell_id=cell.cell_id, task_id=task_id, repetition=repetition,
-                subject_id=cell.subject_id, worker_id=t.worker_id, assignment_id=t.assignment_id,
-                generation=t.generation, dispatch_order=t.dispatch_order, kind=kind, dispatched_ms=t.dispatched_ms)
-            if r is not None:
-                rec.status = int(r.status)
-                rec.usage = int(r.usage)
-                rec.detail = r.detail
-                if r.started_ms:
-                    rec.started_ms, rec.finished_ms = r.started_ms, r.finished_ms
-                if r.score is not None:
-                    rec.score = r.score
-                if r.cost_usd is not None:
-                    rec.cost_usd = r.cost_usd
-            records.append(rec)
-    records.sort(key=lambda rec: rec.dispatch_order)
-    return admin_pb2.ListAttemptsResponse(attempts=records)
+    for tid in cell.attempts:
+        t = state.attempts[tid]
+        r = t.report
+        if cell.selected == tid:
+            kind = "selected"
+        elif r is not None:
+            kind = "late" if t.late else "retried"
+        else:
+            kind = "lost" if t.lost else "pending"
+        rec = admin_pb2.AttemptRecord(
+            attempt_id=tid, cell_id=cell.cell_id, task_id=task_id, repetition=repetition,
+            subject_id=cell.subject_id, worker_id=t.worker_id, assignment_id=t.assignment_id,
+            generation=t.generation, dispatch_order=t.dispatch_order, kind=kind, dispatched_ms=t.dispatched_ms)
+        if r is not None:
+            rec.status = int(r.status)
+            rec.usage = int(r.usage)
+            rec.detail = r.detail
+            if r.started_ms:
+                rec.started_ms, rec.finished_ms = r.started_ms, r.finished_ms
+            if r.score is not None:
+                rec.score = r.score
+            if r.cost_usd is not None:
+                rec.cost_usd = r.cost_usd
+        records.append(rec)
+    return records
+
+
+def attempts_page(state: State, run_id: RunId, at: Position, items_max: int, bytes_max: int) -> Page | None:
+    """A page of ListAttempts in cell order (each cell's attempts in dispatch order); a page
+    ends at a cell boundary, so it may pass `items_max` by one cell's attempts."""
+    if run_id not in state.runs:
+        return None
+    return _walk(state, run_id, at, items_max, bytes_max, Tally(), _attempts_visit)
 
 
 def attempt_owner(state: State, attempt_id: str) -> str | None:

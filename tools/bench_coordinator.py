@@ -58,6 +58,7 @@ import grpc
 
 from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from tools.pages import results_whole
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -731,7 +732,7 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
             worker_k.append(worker_cpu[-1] * elapsed / cells * 1000)
             prof.finish()
             wprof.finish()
-            res = coord.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id))
+            res = results_whole(coord, run_id)
             good = sum(1 for c in res.cells if c.state == "selected" and c.score == 1.0)
             if good != cells or not res.summary.usage_complete:
                 raise RuntimeError(f"W1: {good} of {cells} cells selected with score 1 "

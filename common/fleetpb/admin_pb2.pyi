@@ -151,10 +151,14 @@ class GetStatusResponse(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., dead_letters: _Optional[_Iterable[_Union[DeadLetterStatus, _Mapping]]] = ...) -> None: ...
 
 class GetResultsRequest(_message.Message):
-    __slots__ = ("run_id",)
+    __slots__ = ("run_id", "page_size", "page_token")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
-    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, run_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class CellResult(_message.Message):
     __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms", "incomplete_detail")
@@ -237,12 +241,16 @@ class Summary(_message.Message):
     def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ..., selected_cost_usd: _Optional[float] = ..., score_range_low: _Optional[float] = ..., score_range_high: _Optional[float] = ...) -> None: ...
 
 class GetResultsResponse(_message.Message):
-    __slots__ = ("cells", "summary")
+    __slots__ = ("cells", "summary", "next_page_token", "total_size")
     CELLS_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     cells: _containers.RepeatedCompositeFieldContainer[CellResult]
     summary: Summary
-    def __init__(self, cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ...) -> None: ...
+    next_page_token: str
+    total_size: int
+    def __init__(self, cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., next_page_token: _Optional[str] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class PauseRunRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -325,10 +333,14 @@ class ArtifactChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., total_length: _Optional[int] = ...) -> None: ...
 
 class ListAttemptsRequest(_message.Message):
-    __slots__ = ("run_id",)
+    __slots__ = ("run_id", "page_size", "page_token")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
-    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, run_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class AttemptRecord(_message.Message):
     __slots__ = ("attempt_id", "cell_id", "task_id", "repetition", "subject_id", "worker_id", "assignment_id", "generation", "dispatch_order", "kind", "status", "started_ms", "finished_ms", "score", "cost_usd", "usage", "detail", "dispatched_ms")
@@ -371,10 +383,12 @@ class AttemptRecord(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., kind: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., score: _Optional[float] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., detail: _Optional[str] = ..., dispatched_ms: _Optional[int] = ...) -> None: ...
 
 class ListAttemptsResponse(_message.Message):
-    __slots__ = ("attempts",)
+    __slots__ = ("attempts", "next_page_token")
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     attempts: _containers.RepeatedCompositeFieldContainer[AttemptRecord]
-    def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class BackupRequest(_message.Message):
     __slots__ = ("dest_dir",)

@@ -46,6 +46,7 @@ class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECTION_REASON_STORAGE_FULL: _ClassVar[RejectionReason]
     REJECTION_REASON_RUN_PIN_HELD: _ClassVar[RejectionReason]
     REJECTION_REASON_PROTOCOL_UNSUPPORTED: _ClassVar[RejectionReason]
+    REJECTION_REASON_PAGE_TOKEN_INVALID: _ClassVar[RejectionReason]
 
 class Execution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -127,6 +128,7 @@ REJECTION_REASON_RUN_NOT_BLOCKED: RejectionReason
 REJECTION_REASON_STORAGE_FULL: RejectionReason
 REJECTION_REASON_RUN_PIN_HELD: RejectionReason
 REJECTION_REASON_PROTOCOL_UNSUPPORTED: RejectionReason
+REJECTION_REASON_PAGE_TOKEN_INVALID: RejectionReason
 EXECUTION_UNSPECIFIED: Execution
 EXECUTION_COMPLETED: Execution
 EXECUTION_SUBJECT_FAILED: Execution

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from common.evidence import Usage
 from common.ids import AssignmentId, AttemptId, CellId, RunId, SubjectId, TaskId, WorkerId
-from coordinator.core.state import GroupStatus, RunState, State
+from coordinator.core.state import GroupState, GroupStatus, RunState, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,64 +68,85 @@ class RunSummary:
     groups_settled: int
 
 
+@dataclass(slots=True)
+class Tally:
+    """What a summary sums over cells, kept apart so a listing in pages can carry it from
+    page to page and end with the same figures as one walk (the same additions, in order)."""
+
+    selected: int = 0
+    incomplete: int = 0
+    observed_cost_usd: float = 0.0
+    selected_cost_usd: float = 0.0
+    usage_complete: bool = True
+    dispatched: int = 0
+    lost: int = 0
+
+
+def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, repetition: int,
+               cid: CellId, tally: Tally) -> SelectedResult | IncompleteCell:
+    """One cell's outcome, its costs and usage added to `tally` (the one copy of these rules)."""
+    cell = run.cells[cid]
+    last_detail = ""
+    for tid in cell.attempts:
+        attempt = state.attempts[tid]
+        tally.dispatched += 1
+        tally.lost += attempt.lost and attempt.report is None
+        r = attempt.report
+        if r is None or r.usage != Usage.COMPLETE:
+            tally.usage_complete = False
+        if r is not None:
+            last_detail = r.detail
+            if r.cost_usd is not None:
+                tally.observed_cost_usd += r.cost_usd
+    if cell.selected is not None:
+        a = state.attempts[cell.selected]
+        r = a.report
+        assert r is not None and r.score is not None
+        if r.cost_usd is not None:
+            tally.selected_cost_usd += r.cost_usd
+        tally.selected += 1
+        return SelectedResult(
+            cid, task_id, repetition, cell.subject_id, r.score, r.status.name.lower(),
+            a.attempt_id, a.worker_id, a.assignment_id, a.generation, a.dispatch_order,
+            len(cell.attempts), r.cost_usd, r.usage.name.lower(), r.started_ms, r.finished_ms)
+    if group.status == GroupStatus.ASSIGNED:
+        reason = "running"
+    elif group.status == GroupStatus.SETTLED:
+        reason = "exhausted"
+    elif run.blocked_reason:
+        reason = "blocked"
+    elif run.paused:
+        reason = "paused"
+    elif cell.attempts:
+        reason = "retry_pending"
+    else:
+        reason = "not_yet_run"
+    tally.incomplete += 1
+    return IncompleteCell(cid, task_id, repetition, cell.subject_id, reason, len(cell.attempts), last_detail)
+
+
 def summarize(state: State, run_id: RunId) -> RunSummary:
     run = state.runs[run_id]
     spec = run.spec
     selected: list[SelectedResult] = []
     incomplete: list[IncompleteCell] = []
-    observed = 0.0
-    selected_cost = 0.0
-    usage_complete = True
-    dispatched = lost = 0
+    tally = Tally()
     counts = {GroupStatus.WAITING: 0, GroupStatus.ASSIGNED: 0, GroupStatus.SETTLED: 0}
     for group in run.groups:
         counts[group.status] += 1
         task_id, repetition = spec.group_key(group.index)
         for cid in group.cells:
-            cell = run.cells[cid]
-            last_detail = ""
-            for tid in cell.attempts:
-                attempt = state.attempts[tid]
-                dispatched += 1
-                lost += attempt.lost and attempt.report is None
-                r = attempt.report
-                if r is None or r.usage != Usage.COMPLETE:
-                    usage_complete = False
-                if r is not None:
-                    last_detail = r.detail
-                    if r.cost_usd is not None:
-                        observed += r.cost_usd
-            if cell.selected is not None:
-                a = state.attempts[cell.selected]
-                r = a.report
-                assert r is not None and r.score is not None
-                if r.cost_usd is not None:
-                    selected_cost += r.cost_usd
-                selected.append(SelectedResult(
-                    cid, task_id, repetition, cell.subject_id, r.score, r.status.name.lower(),
-                    a.attempt_id, a.worker_id, a.assignment_id, a.generation, a.dispatch_order,
-                    len(cell.attempts), r.cost_usd, r.usage.name.lower(), r.started_ms, r.finished_ms))
-                continue
-            if group.status == GroupStatus.ASSIGNED:
-                reason = "running"
-            elif group.status == GroupStatus.SETTLED:
-                reason = "exhausted"
-            elif run.blocked_reason:
-                reason = "blocked"
-            elif run.paused:
-                reason = "paused"
-            elif cell.attempts:
-                reason = "retry_pending"
+            v = visit_cell(state, run, group, task_id, repetition, cid, tally)
+            if isinstance(v, SelectedResult):
+                selected.append(v)
             else:
-                reason = "not_yet_run"
-            incomplete.append(IncompleteCell(cid, task_id, repetition, cell.subject_id, reason,
-                                             len(cell.attempts), last_detail))
+                incomplete.append(v)
     return RunSummary(
         run_id=run_id, state=run_state(run, bool(incomplete)), blocked_reason=run.blocked_reason, cells_total=spec.cell_count,
         selected=tuple(selected), incomplete=tuple(incomplete),
-        observed_cost_usd=round(observed, 9), selected_cost_usd=round(selected_cost, 9),
-        usage_complete=usage_complete, attempts_dispatched=dispatched, late_reports=run.late_reports,
-        lost_attempts=lost, peak_concurrent_groups=run.peak_active, slots_offered=run.peak_slots_offered,
+        observed_cost_usd=round(tally.observed_cost_usd, 9), selected_cost_usd=round(tally.selected_cost_usd, 9),
+        usage_complete=tally.usage_complete, attempts_dispatched=tally.dispatched, late_reports=run.late_reports,
+        lost_attempts=tally.lost, peak_concurrent_groups=run.peak_active, slots_offered=run.peak_slots_offered,
         max_concurrent_groups=spec.max_concurrent_groups,
         groups_waiting=counts[GroupStatus.WAITING], groups_assigned=counts[GroupStatus.ASSIGNED],
         groups_settled=counts[GroupStatus.SETTLED],

@@ -17,6 +17,7 @@ from pathlib import Path
 from common.fleetpb import admin_pb2
 from tools.fleetctl.client import Admin
 from tools.fleetctl.views import results_json, status_json
+from tools.pages import results_whole
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -158,7 +159,7 @@ class Cluster:
     def results(self, run_id: str) -> dict:
         admin = self.admin()
         try:
-            return results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
+            return results_json(results_whole(admin, run_id))
         finally:
             admin.close()
 

@@ -4,13 +4,16 @@ tokens bound to their run and refused, typed, when forged, stale or from another
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from common import limits
 from common.fleetpb import admin_pb2
 from tests.integration.harness import FAST_POLICY, Cluster, intbench_spec
+from tools.pages import attempts_pages, results_pages
 
 
 @pytest.fixture
@@ -40,5 +43,84 @@ def test_a_spec_larger_than_a_message_submits(cluster: Cluster) -> None:
         assert resp.created
         status = admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=resp.run_id))
         assert status.runs[0].cells_total == 16
+    finally:
+        admin.close()
+
+
+def page_error(admin, method: str, request) -> grpc.RpcError:
+    try:
+        getattr(admin.stub, method)(request, metadata=admin.metadata, timeout=30)
+    except grpc.RpcError as e:
+        return e
+    raise AssertionError(f"{method} was not refused")
+
+
+def test_results_in_pages_while_workers_run_list_every_cell_once(cluster: Cluster) -> None:
+    run_id = cluster.submit(intbench_spec(60))
+    cluster.start_worker("w1", slots=3)
+    cluster.start_worker("w2", slots=3)
+    admin = cluster.admin()
+    try:
+        time.sleep(1.0)  # the workers are registering and running while the listing goes on
+        seen: list[str] = []
+        pages = 0
+        for page in results_pages(admin, run_id, page_size=7):
+            pages += 1
+            seen.extend(c.cell_id for c in page.cells)
+            assert page.total_size == 120
+            assert page.HasField("summary") == (not page.next_page_token)
+            time.sleep(0.05)
+        assert pages == 18
+        assert len(seen) == len(set(seen)) == 120
+        listed = [a for p in attempts_pages(admin, run_id, page_size=5) for a in p.attempts]
+        assert len({a.attempt_id for a in listed}) == len(listed) > 0
+        whole = admin.call("ListAttempts", admin_pb2.ListAttemptsRequest(run_id=run_id))
+        orders = [a.dispatch_order for a in whole.attempts]
+        assert orders == sorted(orders), "unpaged attempts stay in dispatch order"
+        done = cluster.wait_settled(run_id)
+        assert len(done["cells"]) == 120
+        unpaged = admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id))
+        assert len(unpaged.cells) == 120 and not unpaged.next_page_token
+        assert unpaged.summary.selected == done["summary"]["selected"]
+    finally:
+        admin.close()
+
+
+def test_page_tokens_from_another_run_forged_or_stale_are_refused_typed(cluster: Cluster) -> None:
+    run_a = cluster.submit(intbench_spec(30))
+    run_b = cluster.submit(intbench_spec(31))
+    admin = cluster.admin()
+    try:
+        first = admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_a, page_size=10))
+        token = first.next_page_token
+        assert token and len(first.cells) == 10
+        cases = {
+            "another run": (admin_pb2.GetResultsRequest(run_id=run_b, page_size=10, page_token=token), "another run"),
+            "another listing": (admin_pb2.ListAttemptsRequest(run_id=run_a, page_size=10, page_token=token),
+                                "GetResults listing"),
+            "forged": (admin_pb2.GetResultsRequest(run_id=run_a, page_size=10,
+                                                   page_token=token[:20] + ("A" if token[20] != "A" else "B")
+                                                   + token[21:]), "forged"),
+            "garbage": (admin_pb2.GetResultsRequest(run_id=run_a, page_token="!!"), "malformed"),
+        }
+        for case, (request, why) in cases.items():
+            method = "ListAttempts" if isinstance(request, admin_pb2.ListAttemptsRequest) else "GetResults"
+            err = page_error(admin, method, request)
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (case, err.code(), err.details())
+            assert err.details().startswith("PAGE_TOKEN_INVALID: ") and why in err.details(), (case, err.details())
+        # The token still continues its own listing.
+        second = admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_a, page_size=10, page_token=token))
+        assert {c.cell_id for c in second.cells}.isdisjoint({c.cell_id for c in first.cells})
+    finally:
+        admin.close()
+    # After a kill -9 and restart the token is stale: its key died with the process.
+    cluster.coordinator.kill9()
+    cluster.start_coordinator()
+    admin = cluster.admin()
+    try:
+        err = page_error(admin, "GetResults", admin_pb2.GetResultsRequest(run_id=run_a, page_size=10,
+                                                                          page_token=token))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.details().startswith("PAGE_TOKEN_INVALID: stale"), err.details()
     finally:
         admin.close()

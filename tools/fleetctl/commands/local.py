@@ -179,6 +179,8 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
 def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
     """Poll the run's status (counts only, cheap for the coordinator) until it settles; then
     fetch the results once."""
+    from tools.pages import results_whole
+
     def poll() -> tuple[dict, dict]:
         status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
         return status["runs"][0], status
@@ -208,7 +210,7 @@ def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
                 say(line)
                 last_plain, last_line = time.monotonic(), line
             if state in ("complete", "incomplete"):
-                return results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
+                return results_json(results_whole(admin, run_id))
             if state == "blocked":
                 say(f"fleet local: run blocked by an environment failure: {run['blocked_reason']}; "
                     f"fix it, then: fleetctl --coordinator {local.address} --token-file "

@@ -7,7 +7,17 @@ Order, fixed, for every batch of requests taken from the queue:
   3. commit: the durable commands of the whole batch are appended in ONE LMDB transaction
      (group commit);
   4. send: only then are outcomes and effects handed to the event loop for delivery.
-Nothing leaves the process before the commit it depends on. A storage error is fail-stop:
+Nothing leaves the process before the commit it depends on.
+
+Snapshots are encoded off the actor thread, in a forked child: fork gives the child a
+copy-on-write image of the state as of the last commit, the child pickles it into a pipe and
+exits, a reader thread collects the bytes, and the actor stores them (LMDB is the actor's)
+between two batches, while commits go on meanwhile. The actor thread pays the fork (page
+tables) and the store write, not the encoding. The child touches nothing but memory and its
+pipe (no logging, no gRPC, no LMDB) and leaves with os._exit. Should a child fail, that
+snapshot is encoded on the actor thread instead, as before.
+
+A storage error is fail-stop:
 the process exits with a clear line and recovers from disk on restart. An assertion failure
 (an invariant of ours broken) ends the process the same way; it is never caught and
 carried on from.
@@ -41,7 +51,7 @@ from coordinator.core.effects import (
 from coordinator.core.state import State
 from coordinator.errors import StorageError, StoreCorrupt, fail_stop
 from coordinator.logcodec import LogCodecError, decode_record, encode_record
-from coordinator.snapshot import SnapshotFormatError, decode_state, encode_state
+from coordinator.snapshot import FORMAT_TAG, SnapshotFormatError, decode_state, encode_state
 from coordinator.store import Store
 
 log = structlog.get_logger("fleet.actor")
@@ -61,6 +71,7 @@ class Request:
     query: Callable[[State], Any] | None = None
     done: Callable[[Any], None] | None = None
     many: list[Callable[[int], object]] | None = None  # several commands; `done` gets their Transitions
+    chore: Callable[[], None] | None = None  # the actor's own work between batches (a snapshot to store)
 
 
 @dataclass(slots=True)
@@ -131,7 +142,9 @@ class Actor:
                  tick_ms: int = TICK_MS_DEFAULT,
                  batch_max: int = COMMIT_BATCH_COMMANDS_MAX,
                  on_commit: Callable[[int, float], None] | None = None,
-                 last_now_ms: int = 0) -> None:
+                 last_now_ms: int = 0,
+                 snapshot_in_child: bool = hasattr(os, "fork"),
+                 on_snapshot: Callable[[dict], None] | None = None) -> None:
         self._store = store
         self._state = state
         self._index = index
@@ -147,6 +160,9 @@ class Actor:
         self._on_commit = on_commit  # (records, seconds) of each group commit, for metrics
         self._thread = threading.Thread(target=self._main, name="fleet-actor", daemon=True)
         self._ticker = threading.Thread(target=self._tick_loop, name="fleet-ticker", daemon=True)
+        self._snapshot_in_child = snapshot_in_child
+        self._snapshot_pending: int | None = None  # index of the snapshot a child is encoding
+        self._on_snapshot = on_snapshot  # timings of each snapshot, for benchmarks
         self.commits = 0  # batches committed (for benchmarks and metrics)
         self.records = 0
         self.last_now_ms = 0
@@ -248,6 +264,9 @@ class Actor:
         effects: list[tuple[int, object]] = []
         state = self._state
         for req in requests:
+            if req.chore is not None:
+                req.chore()
+                continue
             if req.query is not None:
                 value = req.query(state)
                 if req.done is not None:
@@ -289,8 +308,73 @@ class Actor:
             self._route(now, e, out)
         if out.completions or out.outgoing or out.broadcast:
             self._deliver(out)
-        if records and self._store.snapshot_due:
-            self._store.write_snapshot(self._index, encode_state(self._state))
+        if records and self._store.snapshot_due and self._snapshot_pending is None:
+            self._begin_snapshot()
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def _begin_snapshot(self) -> None:
+        index = self._index
+        if not self._snapshot_in_child:
+            started = time.perf_counter()
+            data = encode_state(self._state)
+            encoded = time.perf_counter()
+            self._store.write_snapshot(index, data)
+            self._snapshot_done(index, len(data), encode_s=encoded - started, fork_s=0.0,
+                                store_s=time.perf_counter() - encoded, in_child=False)
+            return
+        started = time.perf_counter()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: memory and its pipe only, then leave without cleanup
+            code = 1
+            try:
+                os.close(r)
+                view = memoryview(encode_state(self._state))
+                while view:
+                    view = view[os.write(w, view):]
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        fork_s = time.perf_counter() - started
+        self._snapshot_pending = index
+        threading.Thread(target=self._collect_snapshot, args=(pid, r, index, fork_s, started),
+                         name="fleet-snapshot", daemon=True).start()
+
+    def _collect_snapshot(self, pid: int, r: int, index: int, fork_s: float, started: float) -> None:
+        """Reader thread: the child's bytes, then a chore for the actor to store them."""
+        chunks = []
+        with os.fdopen(r, "rb") as f:
+            while chunk := f.read(1 << 20):
+                chunks.append(chunk)
+        _, status = os.waitpid(pid, 0)
+        data = b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
+        encode_s = time.perf_counter() - started
+
+        def store() -> None:
+            self._snapshot_pending = None
+            newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
+            if index <= newest:
+                return  # a newer snapshot was stored meanwhile (at shutdown)
+            if data is None or not data.startswith(FORMAT_TAG):
+                log.warning("snapshot_child_failed", index=index, exit_status=status)
+                self._snapshot_in_child = False  # encode here from now on: progress over speed
+                return
+            t = time.perf_counter()
+            self._store.write_snapshot(index, data)
+            self._snapshot_done(index, len(data), encode_s=encode_s, fork_s=fork_s,
+                                store_s=time.perf_counter() - t, in_child=True)
+
+        try:
+            self._queue.put(Request(chore=store), timeout=60)
+        except queue.Full:
+            self._snapshot_pending = None  # the next batch forks again
+
+    def _snapshot_done(self, index: int, size: int, **timings: Any) -> None:
+        log.info("snapshot_written", index=index, bytes=size, behind=self._index - index,
+                 **{k: round(v, 4) if isinstance(v, float) else v for k, v in timings.items()})
+        if self._on_snapshot is not None:
+            self._on_snapshot(dict(index=index, bytes=size, behind=self._index - index, **timings))
 
     def _route(self, now: int, e: object, out: Batch) -> None:
         if isinstance(e, PushAssignment):

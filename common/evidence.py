@@ -12,6 +12,7 @@ import enum
 import math
 from dataclasses import dataclass
 
+from common.fastpickle import fast_pickle
 from common.ids import Digest, is_digest
 from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, SCORE_ABS_MAX
 
@@ -55,6 +56,7 @@ class Status(enum.IntEnum):
     INDETERMINATE = 4  # not selectable; what happened is not known well enough
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class ArtifactRef:
     name: str
@@ -62,12 +64,14 @@ class ArtifactRef:
     size_bytes: int
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class ArtifactUnavailable:
     name: str
     reason: str
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Report:
     """The evidence of one attempt, as the worker sends it. Frozen: equality is identity."""

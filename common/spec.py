@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from common.fastpickle import fast_pickle
 from common.ids import (
     CellId,
     GroupId,
@@ -71,6 +72,7 @@ class SpecError(ValueError):
         self.message = message
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Task:
     id: TaskId
@@ -78,6 +80,7 @@ class Task:
     dir: str = ""
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Subject:
     id: SubjectId

@@ -40,6 +40,7 @@ from coordinator.core.summary import Tally
 from coordinator.metrics import Metrics
 from coordinator.store import Store
 from coordinator.paging import PageTokenError, PageTokens, Position
+from coordinator.snapshot import no_gc
 
 log = structlog.get_logger("fleet.servicer")
 HELLO_TIMEOUT_S = 30
@@ -662,7 +663,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         if len(request.spec_json) > limits.SPEC_BYTES_MAX:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "SPEC_INVALID: spec too large")
         try:
-            spec = parse_spec_text(request.spec_json)
+            with no_gc():  # a large spec is many small records and no cycles
+                spec = parse_spec_text(request.spec_json)
             policy = parse_policy_text(request.policy_json or "{}")
         except SpecError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"SPEC_INVALID: {e}")

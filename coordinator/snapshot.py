@@ -8,7 +8,10 @@ writes them, into a directory it holds a kernel lock on.
 """
 from __future__ import annotations
 
+import gc
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from coordinator.core.state import Soft, State
 
@@ -19,11 +22,26 @@ class SnapshotFormatError(ValueError):
     pass
 
 
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic collector paused: unpickling millions of records creates no garbage, but
+    would set off collections that walk the whole growing heap again and again (loading a
+    100,000-cell snapshot took 3.5x as long with it running)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def encode_state(state: State) -> bytes:
     soft = state.soft
     state.soft = Soft()
     try:
-        return FORMAT_TAG + pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        with no_gc():
+            return FORMAT_TAG + pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     finally:
         state.soft = soft
 
@@ -34,7 +52,8 @@ def decode_state(data: bytes) -> State:
         raise SnapshotFormatError(f"snapshot format {head!r} is not {FORMAT_TAG.strip()!r}: "
                                   "written by another version of fleet")
     try:
-        state = pickle.loads(data[len(FORMAT_TAG):])
+        with no_gc():
+            state = pickle.loads(memoryview(data)[len(FORMAT_TAG):])
     except Exception as e:  # any unpickling failure means the same thing: unreadable
         raise SnapshotFormatError(f"snapshot does not decode: {e}") from e
     if not isinstance(state, State):

@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 
 from common.evidence import Report
+from common.fastpickle import fast_pickle
 from common.ids import AssignmentId, AttemptId, CellId, Digest, GroupId, RunId, SubjectId, WorkerId
 from common.policy import Policy
 from common.spec import ExperimentSpec
@@ -38,6 +39,7 @@ class GroupStatus(enum.IntEnum):
     SETTLED = 3  # every cell selected or out of attempts
 
 
+@fast_pickle
 @dataclass(slots=True)
 class CellState:
     cell_id: CellId
@@ -48,6 +50,7 @@ class CellState:
     grants: int = 0  # extra attempts granted by an operator (`fleetctl retry`)
 
 
+@fast_pickle
 @dataclass(slots=True)
 class GroupState:
     index: int
@@ -59,6 +62,7 @@ class GroupState:
     eligible_ms: int = 0  # earliest dispatch time (retry backoff)
 
 
+@fast_pickle
 @dataclass(slots=True)
 class AttemptState:
     attempt_id: AttemptId
@@ -75,6 +79,7 @@ class AttemptState:
     lost: bool = False  # its assignment ended without a report
 
 
+@fast_pickle
 @dataclass(slots=True)
 class AssignmentState:
     assignment_id: AssignmentId
@@ -114,6 +119,7 @@ class Refusal:
     at_ms: int
 
 
+@fast_pickle
 @dataclass(slots=True)
 class WorkerState:
     worker_id: WorkerId

@@ -4,6 +4,7 @@ tokens bound to their run and refused, typed, when forged, stale or from another
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 
 from common import limits
 from common.fleetpb import admin_pb2
-from tests.integration.harness import FAST_POLICY, Cluster, intbench_spec
+from tests.integration.harness import FAST_POLICY, PY, REPO, Cluster, intbench_spec
+from tools import results_out
 from tools.pages import attempts_pages, results_pages
 
 
@@ -124,3 +126,26 @@ def test_page_tokens_from_another_run_forged_or_stale_are_refused_typed(cluster:
         assert err.details().startswith("PAGE_TOKEN_INVALID: stale"), err.details()
     finally:
         admin.close()
+
+
+def test_fleetctl_results_reads_a_run_of_several_pages_in_every_format(cluster: Cluster) -> None:
+    spec = intbench_spec(2 * limits.PAGE_ITEMS_MAX // 3 + 10, subjects=("good", "bad", "ugly"))
+    run_id = cluster.submit(spec)
+    cells = len(spec["tasks"]) * 3
+    assert cells > limits.PAGE_ITEMS_MAX * 2
+
+    def ctl(*args: str) -> str:
+        out = subprocess.run([PY, "-m", "tools.fleetctl", "--coordinator", cluster.address, "--token-file",
+                              str(cluster.data_dir / "admin.token"), "results", run_id, *args],
+                             capture_output=True, text=True, timeout=120, cwd=REPO, env=cluster.env())
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    doc = json.loads(ctl("--json"))
+    assert len(doc["cells"]) == len({c["cell_id"] for c in doc["cells"]}) == cells
+    assert doc["summary"]["incomplete"] == cells and len(doc["subjects"]) == 3
+    lines = ctl("--jsonl").splitlines()
+    assert len(lines) == cells + 1 and json.loads(lines[-1])["summary"]["incomplete"] == cells
+    assert len(ctl("--csv").splitlines()) == cells + 1
+    table = ctl()
+    assert f"and {cells - results_out.INCOMPLETE_LISTED_MAX} more" in table

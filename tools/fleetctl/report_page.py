@@ -45,6 +45,7 @@ from typing import Any, Iterable
 
 from tools.fleetctl.client import CtlError
 from tools.fleetctl.names import STATUS_NAMES
+from tools.pages import attempts_pages, results_whole
 from tools.fleetctl.stats import Estimate, describe, paired_differences, subject_stats
 from tools.fleetctl.views import results_json, status_json
 
@@ -778,12 +779,13 @@ def page_from_admin(admin: Any, run_id: str, attempts: Path | None = None) -> tu
     `attempts`, an optional file of further attempts): (page, results, timeline)."""
     from common.fleetpb import admin_pb2
 
-    results = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id)))
+    # Fetched page by page (no message limit), but held whole: the page draws every bar.
+    results = results_json(results_whole(admin, run_id))
     status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
     timeline = timeline_from_results(results)
     try:
-        listed = admin.call("ListAttempts", admin_pb2.ListAttemptsRequest(run_id=run_id))
-        timeline = merge_timeline(timeline, attempts_from_records(listed.attempts))
+        listed = [a for page in attempts_pages(admin, run_id) for a in page.attempts]
+        timeline = merge_timeline(timeline, attempts_from_records(listed))
     except CtlError:
         pass  # an older coordinator without ListAttempts: the selected attempts only
     if attempts:

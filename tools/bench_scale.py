@@ -168,6 +168,8 @@ def generate(data_dir: Path, spec_text: str, workers: int, records_min: int) -> 
             store.append(pending)
             pending.clear()
         if index >= snap_at and not store.snapshot_indexes:
+            store.append(pending)  # the snapshot covers only what is in the log
+            pending.clear()
             t0 = time.perf_counter()
             store.write_snapshot(index, encode_state(state))
             snapshot_s = time.perf_counter() - t0

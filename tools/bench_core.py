@@ -12,6 +12,7 @@ the median of R repeats for each and their ratio, measured in this one process.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -24,7 +25,7 @@ from common.policy import Policy
 from common.spec import parse_spec
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
-from coordinator.core.effects import PushAssignment
+from coordinator.core.effects import OfferRun, PushAssignment
 
 WORKERS = 50
 SLOTS = 4
@@ -56,6 +57,19 @@ def reports():
     return ref, good, infra
 
 
+def answer_offers(state, effects, now: int, incarnation: int = 1):
+    """Workers of the right build answer each run offer (protocol 3) with the run's own
+    reference for the keys it names; returns the state and every effect, the answers' too."""
+    out = list(effects)
+    for e in effects:
+        if isinstance(e, OfferRun):
+            values = dict(state.runs[e.run_id].manifest)
+            measured = tuple(sorted((k, values[k]) for k in e.keys if k in values))
+            state, t = step(state, c.RunEnvironmentMeasured(now, e.worker_id, incarnation, e.run_id, measured))
+            out.extend(t.effects)
+    return state, out
+
+
 def drive(spec, budget_commands: int) -> tuple[int, float]:
     """Submit (untimed), then apply the mix until the run settles or the budget is spent."""
     state = new_state()
@@ -63,11 +77,13 @@ def drive(spec, budget_commands: int) -> tuple[int, float]:
     run_id = RunId("run-bench")
     state, t = step(state, c.RunSubmitted(0, run_id, spec, policy))
     assert t.outcome.ok
+    gc.freeze()  # as the actor does after a submit: the run's records leave the collector's walks
     now = 1
     queue: list[PushAssignment] = []
     for i in range(WORKERS):
         state, t = step(state, c.WorkerRegistered(now, WorkerId(f"w{i}"), 1, SLOTS, "env"))
-        queue.extend(e for e in t.effects if isinstance(e, PushAssignment))
+        state, effects = answer_offers(state, t.effects, now)
+        queue.extend(e for e in effects if isinstance(e, PushAssignment))
     ref, good, infra = reports()
     n = 0
     k = 0

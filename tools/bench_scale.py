@@ -45,7 +45,7 @@ from common.policy import parse_policy_text
 from common.spec import parse_spec_text
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
-from coordinator.core.effects import PushAssignment
+from coordinator.core.effects import OfferRun, PushAssignment
 from coordinator.logcodec import encode_record
 from coordinator.snapshot import encode_state, no_gc
 from coordinator.store import Store
@@ -163,7 +163,17 @@ def generate(data_dir: Path, spec_text: str, workers: int, records_min: int) -> 
         for d in t.durable:
             index += 1
             pending.append(encode_record(index, d))
-        queue.extend(e for e in t.effects if isinstance(e, PushAssignment))
+        effects = t.effects
+        for e in t.effects:
+            if isinstance(e, OfferRun):  # a worker of the right build answers the offer
+                values = dict(state.runs[e.run_id].manifest)
+                state, ta = step(state, c.RunEnvironmentMeasured(
+                    cmd.now_ms, e.worker_id, 1, e.run_id, tuple(sorted((k, values[k]) for k in e.keys if k in values))))
+                for d in ta.durable:
+                    index += 1
+                    pending.append(encode_record(index, d))
+                effects += ta.effects
+        queue.extend(e for e in effects if isinstance(e, PushAssignment))
         if len(pending) >= COMMIT_RECORDS or index >= end:
             store.append(pending)
             pending.clear()
@@ -261,8 +271,8 @@ def core_cost(cells: int, workers: int, commands: int, repeats: int) -> dict:
         rates: dict[str, list[float]] = {"small": [], "large": []}
         for _ in range(repeats):
             rates["small"].append(bench_core.measure(small, commands))
-            with no_gc():
-                rates["large"].append(bench_core.measure(large, commands))
+            rates["large"].append(bench_core.measure(large, commands))
+            gc.unfreeze()
             gc.collect()
     finally:
         bench_core.WORKERS = saved

@@ -11,7 +11,7 @@ from common.ids import AttemptId, WorkerId
 from coordinator.actor import Actor, Request, recover
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
-from coordinator.core.effects import PushAssignment
+from coordinator.core.effects import OfferRun, PushAssignment
 from coordinator.core.state import durable_fingerprint
 from coordinator.logcodec import decode_record
 from coordinator.snapshot import decode_state
@@ -75,7 +75,9 @@ def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Pat
     run_id = run_id_for(spec.canonical, policy.canonical())
     assert apply(lambda now: c.RunSubmitted(now, run_id, spec, policy)).outcome.ok
     for i in range(4):
-        apply(lambda now, i=i: c.WorkerRegistered(now, WorkerId(f"w{i}"), 1, 2, ENV))
+        t = apply(lambda now, i=i: c.WorkerRegistered(now, WorkerId(f"w{i}"), 1, 2, ENV))
+        for offer in [e for e in t.effects if isinstance(e, OfferRun)]:  # measured as the right build would
+            assert apply(lambda now, o=offer: c.RunEnvironmentMeasured(now, o.worker_id, 1, o.run_id, ())).outcome.ok
     for _ in range(10_000):
         with lock:
             if not pushes:

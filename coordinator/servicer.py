@@ -51,6 +51,9 @@ HEARTBEAT_COALESCE_MS = 50
 PER_CELL_EVENTS = ("cell_selected", "cell_retryable")
 DEAD_LETTERS_KEPT_MAX = 10_000
 SUBMIT_RETRY_S = 0.002
+# An unpaged GetResults or ListAttempts gathers pages while they stay under this: one more
+# page (at most PAGE_BYTES_MAX and one item), the summary and the field tags still fit.
+UNPAGED_BYTES_MAX = limits.MESSAGE_BYTES_MAX - limits.PAGE_BYTES_MAX - (1 << 20)
 
 
 class _SessionCut(Exception):
@@ -771,7 +774,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 out.next_page_token = self.page_tokens.encode(paging.KIND_RESULTS, run_id, at,
                                                               self.actor.last_now_ms, tally)
                 return out
-            if total_bytes > limits.MESSAGE_BYTES_MAX - limits.PAGE_BYTES_MAX:
+            if total_bytes > UNPAGED_BYTES_MAX:
                 await self._too_large(context, f"the {page.total} cells of run {run_id}")
 
     async def ListAttempts(self, request: Any, context: Any) -> Any:
@@ -794,7 +797,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             if not whole:
                 return admin_pb2.ListAttemptsResponse(attempts=records, next_page_token=self.page_tokens.encode(
                     paging.KIND_ATTEMPTS, run_id, at, self.actor.last_now_ms, Tally()))
-            if total_bytes > limits.MESSAGE_BYTES_MAX - limits.PAGE_BYTES_MAX:
+            if total_bytes > UNPAGED_BYTES_MAX:
                 await self._too_large(context, f"the attempts of run {run_id}")
 
     async def _action(self, context: Any, make: Callable[[int], object]) -> Any:

@@ -2,8 +2,8 @@
 
 Each page of GetResults (tools.pages) is turned into cell dicts (fleetctl's `results_json`),
 written out and dropped; the statistics are accumulated as the cells pass
-(tools.stats.StreamingStats), so memory is one page and a few numbers per subject, not the
-run. Formats:
+(tools.stats.StreamingStats), so memory is one page, a few numbers per subject and the ids
+of the tasks seen, not the run's records. Formats:
 
 - table: the cells (column widths from the first page), then per subject the mean with its
   95% interval clustered by task and the pass rate, the paired differences, the incomplete

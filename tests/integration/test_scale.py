@@ -149,3 +149,16 @@ def test_fleetctl_results_reads_a_run_of_several_pages_in_every_format(cluster: 
     assert len(ctl("--csv").splitlines()) == cells + 1
     table = ctl()
     assert f"and {cells - results_out.INCOMPLETE_LISTED_MAX} more" in table
+
+
+def test_an_unpaged_read_of_a_run_too_large_for_one_message_is_refused_typed(cluster: Cluster) -> None:
+    spec = intbench_spec(20_000, subjects=("good", "bad", "ugly"))
+    run_id = cluster.submit(spec)
+    admin = cluster.admin()
+    try:
+        err = page_error(admin, "GetResults", admin_pb2.GetResultsRequest(run_id=run_id))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert err.details().startswith("MESSAGE_TOO_LARGE: ") and "page_token" in err.details(), err.details()
+        assert sum(len(p.cells) for p in results_pages(admin, run_id)) == 60_000
+    finally:
+        admin.close()

@@ -62,6 +62,12 @@ COMMIT_BATCH_COMMANDS_MAX = 512
 # under load, tools/bench_coordinator); replaying 50,000 records takes about 1.2 s
 # (24 us per record, `python -m tools.bench_core`), which bounds recovery time.
 SNAPSHOT_EVERY_RECORDS = 50_000
+# A snapshot encoded in a child is stored in parts of this size, one LMDB transaction each,
+# between the actor's batches: about 10 ms a part on this machine's disk (tools/bench_scale),
+# so no part holds a slot refill past its 20 ms target. Retention's deletions go the same way,
+# this many keys a transaction (about 2 us a key).
+SNAPSHOT_PART_BYTES = 1 << 20
+COMPACT_STEP_KEYS_MAX = 5_000
 SESSION_SEND_QUEUE_FRAMES_MAX = 1_000
 # Admin listings (GetResults, ListAttempts) come in pages built on the actor thread between
 # commits: a page of 1,000 cells costs a few milliseconds there, the maximum page tens of

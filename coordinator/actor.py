@@ -24,6 +24,7 @@ carried on from.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import os
@@ -31,13 +32,19 @@ import queue
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from common.limits import ACTOR_QUEUE_COMMANDS_MAX, COMMIT_BATCH_COMMANDS_MAX
+from common.limits import (
+    ACTOR_QUEUE_COMMANDS_MAX,
+    COMMIT_BATCH_COMMANDS_MAX,
+    COMPACT_STEP_KEYS_MAX,
+    SNAPSHOT_PART_BYTES,
+)
 from coordinator import codec
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
@@ -157,6 +164,7 @@ class Actor:
                  on_commit: Callable[[int, float], None] | None = None,
                  last_now_ms: int = 0,
                  snapshot_in_child: bool = hasattr(os, "fork"),
+                 snapshot_part_bytes: int = SNAPSHOT_PART_BYTES,
                  on_snapshot: Callable[[dict], None] | None = None) -> None:
         self._store = store
         self._state = state
@@ -174,6 +182,8 @@ class Actor:
         self._thread = threading.Thread(target=self._main, name="fleet-actor", daemon=True)
         self._ticker = threading.Thread(target=self._tick_loop, name="fleet-ticker", daemon=True)
         self._snapshot_in_child = snapshot_in_child
+        self._snapshot_part_bytes = snapshot_part_bytes
+        self._chores: collections.deque[Callable[[], None]] = collections.deque()  # actor thread only
         self._snapshot_pending: int | None = None  # index of the snapshot a child is encoding
         self._on_snapshot = on_snapshot  # timings of each snapshot, for benchmarks
         self.commits = 0  # batches committed (for benchmarks and metrics)
@@ -239,7 +249,16 @@ class Actor:
 
     def _serve(self) -> None:
         while True:
-            first = self._queue.get()
+            if self._chores:
+                # Snapshot parts and compaction steps go one at a time between batches: each
+                # is one short transaction, and requests never wait behind all of them.
+                try:
+                    first = self._queue.get_nowait()
+                except queue.Empty:
+                    self._chores.popleft()()
+                    continue
+            else:
+                first = self._queue.get()
             if first is None:
                 self._drain_and_close()
                 return
@@ -254,6 +273,8 @@ class Actor:
                     break
                 batch.append(nxt)
             self._apply(batch)
+            if self._chores:
+                self._chores.popleft()()
 
     def _drain_and_close(self) -> None:
         rest: list[Request] = []
@@ -369,26 +390,57 @@ class Actor:
                 chunks.append(chunk)
         _, status = os.waitpid(pid, 0)
         data = b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
+        crc = zlib.crc32(data) if data is not None else 0
         encode_s = time.perf_counter() - started
 
         def store() -> None:
-            self._snapshot_pending = None
-            newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
-            if index <= newest:
-                return  # a newer snapshot was stored meanwhile (at shutdown)
             if data is None or not data.startswith(FORMAT_TAG):
+                self._snapshot_pending = None
                 log.warning("snapshot_child_failed", index=index, exit_status=status)
                 self._snapshot_in_child = False  # encode here from now on: progress over speed
                 return
-            t = time.perf_counter()
-            self._store.write_snapshot(index, data)
-            self._snapshot_done(index, len(data), encode_s=encode_s, fork_s=fork_s,
-                                store_s=time.perf_counter() - t, in_child=True)
+            # One part per chore, then the manifest: the longest stall is one part's write.
+            view = memoryview(data)
+            size = self._snapshot_part_bytes
+            parts = max(1, -(-len(data) // size))
+            stalls: list[float] = []
+
+            def part(i: int) -> None:
+                if self._snapshot_pending != index:
+                    return  # abandoned (a newer snapshot was stored at shutdown)
+                t = time.perf_counter()
+                self._store.write_snapshot_part(index, i, bytes(view[i * size:(i + 1) * size]))
+                stalls.append(time.perf_counter() - t)
+
+            def finish() -> None:
+                if self._snapshot_pending != index:
+                    return
+                self._snapshot_pending = None
+                newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
+                if index <= newest:
+                    return
+                t = time.perf_counter()
+                self._store.finish_snapshot(index, parts, len(data), crc)
+                stalls.append(time.perf_counter() - t)
+                self._snapshot_done(index, len(data), encode_s=encode_s, fork_s=fork_s,
+                                    store_s=sum(stalls), store_stall_max_s=max(stalls), parts=parts,
+                                    in_child=True)
+                self._chores.append(self._compact)
+
+            self._chores.extend(lambda i=i: part(i) for i in range(parts))
+            self._chores.append(finish)
 
         try:
             self._queue.put(Request(chore=store), timeout=60)
         except queue.Full:
             self._snapshot_pending = None  # the next batch forks again
+
+    def _compact(self) -> None:
+        """One bounded step of deleting what retention freed; again until nothing is left."""
+        if self._store.compaction_due:
+            self._store.compact_step(COMPACT_STEP_KEYS_MAX)
+            if self._store.compaction_due:
+                self._chores.append(self._compact)
 
     def _snapshot_done(self, index: int, size: int, **timings: Any) -> None:
         log.info("snapshot_written", index=index, bytes=size, behind=self._index - index,

@@ -19,6 +19,13 @@ Rules, in the order they protect the state:
   `SNAPSHOTS_KEPT` (2) are kept. Retention rule: writing a snapshot deletes log records with
   index <= the OLDER kept snapshot's index, never the newer's, so if the newest snapshot
   fails its checksum the older one and every record after it are still there.
+- A large snapshot may be written in parts, so that no single transaction holds the actor
+  for long: `write_snapshot_part` stores each part (framed, keyed index || part number) in
+  sub-database `snapparts`, then `finish_snapshot` writes the `snap` entry, a manifest
+  (part count, total length, CRC-32 of the whole), in one transaction: a snapshot exists only
+  once its manifest does, so a crash between parts leaves orphans, never a partial snapshot
+  (orphans are deleted by later compaction steps). The log records and parts that retention
+  frees are then deleted by `compact_step`, a bounded number of keys per transaction.
 - `load` verifies everything it returns: a snapshot that fails its checksum is skipped with a
   warning (fallback to the older); a record that fails, or a gap, raises `StoreCorrupt`
   naming the index. The coordinator never starts on state it cannot verify.
@@ -62,7 +69,8 @@ WAL_DIR_NAME = "wal"
 DB_LOG = b"log"
 DB_SNAP = b"snap"
 DB_META = b"meta"
-MAX_DBS = 3
+DB_SNAP_PARTS = b"snapparts"
+MAX_DBS = 4
 META_FORMAT = b"format"
 META_LAST_INDEX = b"last_index"
 # 2: runs carry the submitter's environment manifest and workers measure each run they serve
@@ -73,6 +81,10 @@ STORE_FORMAT = b"fleet-wal-2"
 FRAME_VERSION = 1
 FRAME_HEADER = struct.Struct(">BI")  # frame version, CRC-32 of key || payload
 KEY_BYTES = 8
+PART_KEY_BYTES = KEY_BYTES + 4  # snapshot index, then the part's number
+# A snapshot's `snap` value when its bytes are in parts: tag, parts, total length, CRC-32.
+PARTS_MANIFEST = struct.Struct(">8sIQI")
+PARTS_TAG = b"fleetprt"
 # A refused opener may read LOCK between the owner's flock and its pid write: retry briefly.
 LOCK_PID_READ_TRIES = 20
 LOCK_PID_READ_PAUSE_S = 0.005
@@ -136,7 +148,7 @@ class Store:
         data_dir: Path,
         lock_fd: int,
         env: lmdb.Environment,
-        dbs: tuple[object, object, object],
+        dbs: tuple[object, object, object, object],
         map_size_bytes: int,
         map_size_bytes_max: int,
         snapshot_every: int,
@@ -147,13 +159,16 @@ class Store:
         self._wal_dir = data_dir / WAL_DIR_NAME
         self._lock_fd = lock_fd
         self._env = env
-        self._log, self._snap, self._meta = dbs
+        self._log, self._snap, self._meta, self._parts = dbs
         self._map_size_bytes = map_size_bytes
         self._map_size_bytes_max = map_size_bytes_max
         self._snapshot_every = snapshot_every
         self._last_index = last_index
         self._snapshot_indexes = snapshot_indexes  # ascending, at most SNAPSHOTS_KEPT
         self._bad_snapshot_indexes: list[int] = []  # found by load, dropped by the next snapshot
+        self._compact_through = 0  # log records up to here are freed by retention, not yet deleted
+        self._parts_freed = True  # parts of no kept snapshot may exist (orphans, dropped ones)
+        self._parts_writing = 0  # the index whose parts are being written: compaction spares them
         self._failed: StoreIOError | None = None
         self._closed = False
         self._copy_lock = threading.Lock()  # copy_to against set_mapsize and close (module rules)
@@ -202,6 +217,7 @@ class Store:
                         env.open_db(DB_LOG, txn=txn),
                         env.open_db(DB_SNAP, txn=txn),
                         env.open_db(DB_META, txn=txn),
+                        env.open_db(DB_SNAP_PARTS, txn=txn),
                     )
                     last_index, snapshot_indexes = _check_layout(txn, dbs, wal_dir)
                 # The file may remember a map grown by an earlier process.
@@ -300,6 +316,7 @@ class Store:
             self._put(txn, key, frame(key, state), self._snap)
             for index in dropped:
                 txn.delete(index_key(index), db=self._snap)
+            self._delete_parts(txn, lambda index: index not in kept and index != self._parts_writing, None)
             if compact_through:
                 cursor = txn.cursor(db=self._log)
                 if cursor.first():
@@ -310,6 +327,99 @@ class Store:
         self._write(body, f"writing the snapshot at index {last_index}")
         self._snapshot_indexes = kept
         self._bad_snapshot_indexes = []
+        self._parts_freed = False
+
+    def write_snapshot_part(self, last_index: int, part: int, data: bytes) -> None:
+        """One part of the snapshot at `last_index`, in its own transaction (module rules)."""
+        assert isinstance(data, bytes)
+        assert 1 <= last_index <= self._last_index
+        assert not self._snapshot_indexes or last_index > self._snapshot_indexes[-1]
+        key = index_key(last_index) + part.to_bytes(4, "big")
+        self._parts_writing = last_index
+        self._write(lambda txn: self._put(txn, key, frame(key, data), self._parts),
+                    f"writing part {part} of the snapshot at index {last_index}")
+
+    def finish_snapshot(self, last_index: int, parts: int, total_bytes: int, crc: int) -> None:
+        """Make the parts written for `last_index` its snapshot; retention as `write_snapshot`,
+        but what it frees is deleted by later `compact_step`s."""
+        assert 1 <= last_index <= self._last_index
+        assert not self._snapshot_indexes or last_index > self._snapshot_indexes[-1]
+        candidates = self._snapshot_indexes + [last_index]
+        kept = candidates[-SNAPSHOTS_KEPT:]
+        dropped = candidates[:-SNAPSHOTS_KEPT] + self._bad_snapshot_indexes
+
+        def body(txn: lmdb.Transaction) -> None:
+            key = index_key(last_index)
+            self._put(txn, key, frame(key, PARTS_MANIFEST.pack(PARTS_TAG, parts, total_bytes, crc)), self._snap)
+            for index in dropped:
+                txn.delete(index_key(index), db=self._snap)
+
+        self._write(body, f"writing the manifest of the snapshot at index {last_index}")
+        self._parts_writing = 0
+        self._snapshot_indexes = kept
+        self._bad_snapshot_indexes = []
+        if len(kept) == SNAPSHOTS_KEPT:
+            self._compact_through = max(self._compact_through, kept[0])
+        self._parts_freed = self._parts_freed or bool(dropped)
+
+    @property
+    def compaction_due(self) -> bool:
+        return self._compact_through > 0 or self._parts_freed
+
+    def compact_step(self, keys_max: int) -> None:
+        """Delete at most `keys_max` log records that retention freed, then as many parts of no
+        kept snapshot, in one transaction."""
+        kept = tuple(self._snapshot_indexes)
+        through = self._compact_through
+        left = [keys_max]
+        done = {"log": True, "parts": True}
+
+        def body(txn: lmdb.Transaction) -> None:
+            left[0] = keys_max
+            done["log"] = done["parts"] = True
+            if through:
+                cursor = txn.cursor(db=self._log)
+                if cursor.first():
+                    while cursor.key() and key_index(cursor.key()) <= through:
+                        if left[0] == 0:
+                            done["log"] = False
+                            break
+                        left[0] -= 1
+                        if not cursor.delete():
+                            break
+            if left[0] > 0:
+                done["parts"] = self._delete_parts(
+                    txn, lambda index: index not in kept and index != self._parts_writing, left)
+            else:
+                done["parts"] = False
+
+        self._write(body, "deleting log records and snapshot parts freed by retention")
+        if done["log"]:
+            self._compact_through = 0
+        if done["parts"]:
+            self._parts_freed = False
+
+    def _delete_parts(self, txn: lmdb.Transaction, unwanted: Callable[[int], bool],
+                      left: list[int] | None) -> bool:
+        """Delete parts whose snapshot index is `unwanted` (at most left[0] when given);
+        True when none is left."""
+        cursor = txn.cursor(db=self._parts)
+        if not cursor.first():
+            return True
+        while True:
+            key = cursor.key()
+            if not key:
+                return True
+            index = key_index(key[:KEY_BYTES]) if len(key) == PART_KEY_BYTES else -1
+            if index < 0 or unwanted(index):
+                if left is not None:
+                    if left[0] == 0:
+                        return False
+                    left[0] -= 1
+                if not cursor.delete():
+                    return True
+            elif not cursor.next():
+                return True
 
     # ---- the online backup (any thread) ---------------------------------------------------
 
@@ -352,6 +462,14 @@ class Store:
                                 f"{self._last_index}; falling back to the older snapshot")
                 bad.append(index)
                 continue
+            if verdict.startswith(PARTS_TAG):
+                whole = self._assemble(key, verdict)
+                if isinstance(whole, str):
+                    warnings.append(f"snapshot at index {index} failed verification ({whole}); "
+                                    "falling back to the older snapshot")
+                    bad.append(index)
+                    continue
+                verdict = whole
             chosen = (index, verdict)
             break
         self._bad_snapshot_indexes = bad
@@ -364,6 +482,30 @@ class Store:
             last_index=self._last_index,
             warnings=tuple(warnings),
         )
+
+    def _assemble(self, key: bytes, manifest: bytes) -> bytes | str:
+        """A parted snapshot's bytes, or a sentence saying why they fail verification."""
+        if len(manifest) != PARTS_MANIFEST.size:
+            return f"a parts manifest of {len(manifest)} bytes"
+        _, parts, total, crc = PARTS_MANIFEST.unpack(manifest)
+        chunks: list[bytes] = []
+        try:
+            with self._env.begin(db=self._parts) as txn:
+                for part in range(parts):
+                    pkey = key + part.to_bytes(4, "big")
+                    value = txn.get(pkey)
+                    if value is None:
+                        return f"part {part} of {parts} is missing"
+                    verdict = unframe(pkey, value)
+                    if isinstance(verdict, str):
+                        return f"part {part}: {verdict}"
+                    chunks.append(verdict)
+        except lmdb.Error as e:
+            raise _wrap(e, "reading snapshot parts", self._wal_dir) from e
+        whole = b"".join(chunks)
+        if len(whole) != total or zlib.crc32(whole) != crc:
+            return f"its {parts} parts hold {len(whole)} bytes that do not match the manifest"
+        return whole
 
     def _check_first_record(self, start: int, warnings: list[str]) -> None:
         """Fail at `load`, not mid-fold, when the log does not begin where recovery needs it."""
@@ -498,10 +640,10 @@ def _wrap(e: BaseException, what: str, path: Path) -> StorageError:
     return StoreIOError(f"{what}: LMDB reports {type(e).__name__}: {e}", path)
 
 
-def _check_layout(txn: lmdb.Transaction, dbs: tuple[object, object, object],
+def _check_layout(txn: lmdb.Transaction, dbs: tuple[object, object, object, object],
                   wal_dir: Path) -> tuple[int, list[int]]:
     """Stamp a new store; for an existing one, agree the log's last key with `meta`."""
-    log, snap, meta = dbs
+    log, snap, meta, _parts = dbs
     stored_format = txn.get(META_FORMAT, db=meta)
     cursor = txn.cursor(db=log)
     last_key = cursor.key() if cursor.last() else None

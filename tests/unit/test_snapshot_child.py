@@ -19,6 +19,7 @@ from coordinator.store import Store
 from tests.unit.core_helpers import ENV, OK, make_policy, make_spec
 
 SNAPSHOT_EVERY = 40
+PART_BYTES = 4_096  # several parts per snapshot, as a large state has
 WAIT_S = 30
 
 
@@ -45,7 +46,20 @@ def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Pat
         snapshots.append((index, data))
         return write_snapshot(index, data)
 
+    parts: dict[int, list[bytes]] = {}
+    write_part, finish = store.write_snapshot_part, store.finish_snapshot
+
+    def spy_part(index, part, data):
+        assert part == len(parts.setdefault(index, []))
+        parts[index].append(data)
+        return write_part(index, part, data)
+
+    def spy_finish(index, n, total, crc):
+        snapshots.append((index, b"".join(parts[index])))
+        return finish(index, n, total, crc)
+
     store.append, store.write_snapshot = spy_append, spy_snapshot  # type: ignore[method-assign]
+    store.write_snapshot_part, store.finish_snapshot = spy_part, spy_finish  # type: ignore[method-assign]
     pushes: list[PushAssignment] = []
     lock = threading.Lock()
 
@@ -53,7 +67,8 @@ def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Pat
         for done, value in batch.completions:
             done(value)
 
-    actor = Actor(store, new_state(), 0, deliver=deliver, tick_ms=0, on_snapshot=timings.append)
+    actor = Actor(store, new_state(), 0, deliver=deliver, tick_ms=0, on_snapshot=timings.append,
+                  snapshot_part_bytes=PART_BYTES)
     actor.start()
 
     def apply(make) -> object:
@@ -92,6 +107,7 @@ def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Pat
 
     forked = [t for t in timings if t["in_child"]]
     assert len(forked) >= 5, timings
+    assert all(t["parts"] > 1 for t in forked), "stored in parts, one transaction each"
     assert any(t["behind"] > 0 for t in forked), "no commit happened while a child encoded"
     for index, data in snapshots:
         assert durable_fingerprint(decode_state(data)) == durable_fingerprint(fold(committed[:index])), index

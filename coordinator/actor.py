@@ -11,9 +11,11 @@ Nothing leaves the process before the commit it depends on.
 
 Snapshots are encoded off the actor thread, in a forked child: fork gives the child a
 copy-on-write image of the state as of the last commit, the child pickles it into a pipe and
-exits, a reader thread collects the bytes, and the actor stores them (LMDB is the actor's)
-between two batches, while commits go on meanwhile. The actor thread pays the fork (page
-tables) and the store write, not the encoding. The child touches nothing but memory and its
+exits, a reader thread collects the bytes, and the actor stores them (LMDB is the actor's) in
+parts of SNAPSHOT_PART_BYTES, one short transaction between two batches each, then the
+manifest that makes the snapshot exist, then retention's deletions in bounded steps; commits
+go on meanwhile. The actor thread pays the fork (page tables) and each part's write, not the
+encoding. The child touches nothing but memory and its
 pipe (no logging, no gRPC, no LMDB) and leaves with os._exit. Should a child fail, that
 snapshot is encoded on the actor thread instead, as before.
 

@@ -58,7 +58,7 @@ import grpc
 
 from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
-from tools.pages import results_whole
+from tools.fleetctl.pages import results_whole
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

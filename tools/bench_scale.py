@@ -51,8 +51,8 @@ from coordinator.snapshot import encode_state, no_gc
 from coordinator.store import Store
 from tools import bench_core
 from tools.bench_coordinator import memory_kb
-from tools.fleetctl import Admin
-from tools.pages import results_pages
+from tools.fleetctl.client import Admin
+from tools.fleetctl.pages import results_pages
 
 REPO = Path(__file__).resolve().parents[1]
 SUBJECTS = 3

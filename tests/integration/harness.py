@@ -17,7 +17,7 @@ from pathlib import Path
 from common.fleetpb import admin_pb2
 from tools.fleetctl.client import Admin
 from tools.fleetctl.views import results_json, status_json
-from tools.pages import results_whole
+from tools.fleetctl.pages import results_whole
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable

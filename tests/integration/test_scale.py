@@ -14,8 +14,8 @@ import pytest
 from common import limits
 from common.fleetpb import admin_pb2
 from tests.integration.harness import FAST_POLICY, PY, REPO, Cluster, intbench_spec
-from tools import results_out
-from tools.pages import attempts_pages, results_pages
+from tools.fleetctl import results_out
+from tools.fleetctl.pages import attempts_pages, results_pages
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import contextlib
 import io
 
 from common.fleetpb import admin_pb2
-from tools import fleetctl
+from tools.fleetctl import views as fleetctl
 
 
 def status(workers: int) -> dict:

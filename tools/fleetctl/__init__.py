@@ -1,7 +1,8 @@
 """`fleetctl`: the operator's command line over the coordinator's Admin API.
 
     fleetctl --coordinator HOST:PORT --token-file FILE submit SPEC.json [--policy P.json] [--bench-root DIR]
-    fleetctl ... status [RUN] [--json] | results RUN [--json] [--ci t|bootstrap] | watch [RUN]
+    fleetctl ... status [RUN] [--json] [--workers] | results RUN [--json | --csv | --jsonl] [--ci t|bootstrap]
+    fleetctl ... watch [RUN]
     fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
     fleetctl ... artifact get DIGEST [-o FILE] | backup DEST
     fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)
@@ -17,6 +18,8 @@ among these modules, and no shared module importing a command or the parser):
                            results, actions, watch, report, artifact, backup, local)
         shared modules     client.py (Admin, CtlError), names.py (enum name tables),
                            views.py (results/status as dicts, tables), stats.py (intervals),
+                           pages.py (listings page by page), results_out.py (results written
+                           page by page),
                            report_page.py (the HTML page, pure), compat.py (single-host specs),
                            submission.py (the submitter's measurement of its bench root)
 

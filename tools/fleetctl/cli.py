@@ -9,6 +9,7 @@ from pathlib import Path
 from tools.fleetctl.client import Admin, CtlError
 from tools.fleetctl.commands import actions, artifact, backup, local, report, results, status, submit, watch
 from tools.fleetctl.stats import CI_METHODS
+from tools.fleetctl.views import WORKERS_LISTED_MAX
 
 COMMANDS = {"submit": submit, "status": status, "results": results, "watch": watch, "report": report,
             "artifact": artifact, "backup": backup, **{name: actions for name in actions.NAMES}}
@@ -31,10 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="runs, workers, dead letters")
     p.add_argument("run", nargs="?")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--workers", action="store_true",
+                   help=f"list every worker (more than {WORKERS_LISTED_MAX} are otherwise summarised)")
     p = sub.add_parser("results", help="selected and incomplete cells of a run, with statistics")
     p.add_argument("run")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--csv", action="store_true")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="one JSON document: cells, statistics, summary")
+    form.add_argument("--csv", action="store_true", help="a row per cell")
+    form.add_argument("--jsonl", action="store_true",
+                      help="a JSON line per cell, then one line with the summary and statistics")
     p.add_argument("--ci", choices=CI_METHODS, default="t",
                    help="t: analytic intervals (default); bootstrap: a seeded cluster bootstrap over tasks, "
                         "with the analytic interval shown too where they disagree")

@@ -45,7 +45,7 @@ from typing import Any, Iterable
 
 from tools.fleetctl.client import CtlError
 from tools.fleetctl.names import STATUS_NAMES
-from tools.pages import attempts_pages, results_whole
+from tools.fleetctl.pages import attempts_pages, results_whole
 from tools.fleetctl.stats import Estimate, describe, paired_differences, subject_stats
 from tools.fleetctl.views import results_json, status_json
 

@@ -224,22 +224,27 @@ def subject_stats(cells: list[dict], score_range: tuple[float, float] | list[flo
     subjects: dict[str, list[dict]] = {}
     for cell in cells:
         subjects.setdefault(cell["subject"], []).append(cell)
-    out = []
-    for subject, rows in subjects.items():
-        chosen = [(c["task"], float(c["score"])) for c in rows if c["state"] == "selected"]
-        passed = [(t, 1.0 if s >= PASS_THRESHOLD else 0.0) for t, s in chosen]
-        out.append(SubjectStats(
-            subject, len(chosen), sum(1 for c in rows if c["state"] != "selected"),
-            clustered_mean(chosen, bounds), wilson_clustered(passed),
-            cluster_bootstrap(chosen, f"{subject}:score", bounds) if bootstrap else None,
-            cluster_bootstrap(passed, f"{subject}:pass_rate", PASS_RATE_RANGE) if bootstrap else None))
-    return out
+    return [_subject_stats(subject, [(c["task"], float(c["score"])) for c in rows if c["state"] == "selected"],
+                           sum(1 for c in rows if c["state"] != "selected"), bounds, bootstrap)
+            for subject, rows in subjects.items()]
+
+
+def _subject_stats(subject: str, chosen: Samples, incomplete: int, bounds: tuple[float, float] | None,
+                   bootstrap: bool) -> SubjectStats:
+    passed = [(t, 1.0 if s >= PASS_THRESHOLD else 0.0) for t, s in chosen]
+    return SubjectStats(
+        subject, len(chosen), incomplete, clustered_mean(chosen, bounds), wilson_clustered(passed),
+        cluster_bootstrap(chosen, f"{subject}:score", bounds) if bootstrap else None,
+        cluster_bootstrap(passed, f"{subject}:pass_rate", PASS_RATE_RANGE) if bootstrap else None)
+
+
+def _diff_bounds(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    return None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
 
 
 def paired_differences(cells: list[dict], score_range: tuple[float, float] | list[float] | None = None,
                        bootstrap: bool = False) -> list[PairedDifference]:
-    bounds = _range(score_range)
-    diff_bounds = None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
+    diff_bounds = _diff_bounds(_range(score_range))
     by_key: dict[tuple[str, int], dict[str, float]] = {}
     subjects: list[str] = []
     for cell in cells:
@@ -284,3 +289,60 @@ def fmt(e: Estimate, percent: bool = False) -> str:
     if percent:
         return f"{text} [{e.low * k:.3g}, {e.high * k:.3g}]"
     return f"{text} [{e.low:.3f}, {e.high:.3f}]"
+
+
+class StreamingStats:
+    """`subject_stats` and `paired_differences` (the same numbers) over cells that arrive page
+    by page in the run's order, a group's subjects together: what is kept is a task id and a
+    score per selected cell and per pair, not the cells' records."""
+
+    def __init__(self, score_range: tuple[float, float] | list[float] | None, bootstrap: bool = False) -> None:
+        self._bounds, self._bootstrap = _range(score_range), bootstrap
+        self._chosen: dict[str, Samples] = {}
+        self._incomplete: dict[str, int] = {}
+        self._pairs: dict[tuple[str, str], Samples] = {}
+        self._key: tuple[str, int] | None = None
+        self._scores: dict[str, float] = {}
+        self.outside: list[dict] = []  # cell_id and score of selected cells outside the declared range
+
+    def add(self, cell: dict) -> None:
+        subject = cell["subject"]
+        if subject not in self._chosen:
+            self._chosen[subject], self._incomplete[subject] = [], 0
+        key = (cell["task"], cell["repetition"])
+        if key != self._key:
+            self._flush()
+            self._key = key
+        if cell["state"] != "selected":
+            self._incomplete[subject] += 1
+            return
+        score = float(cell["score"])
+        self._chosen[subject].append((cell["task"], score))
+        self._scores[subject] = score
+        if self._bounds is not None and not self._bounds[0] <= score <= self._bounds[1]:
+            self.outside.append({"cell_id": cell["cell_id"], "score": score})
+
+    def _flush(self) -> None:
+        if self._key is not None and len(self._scores) > 1:
+            names = list(self._chosen)
+            for i, a in enumerate(names):
+                for b in names[i + 1:]:
+                    if a in self._scores and b in self._scores:
+                        self._pairs.setdefault((a, b), []).append((self._key[0], self._scores[a] - self._scores[b]))
+        self._scores = {}
+
+    def subjects(self) -> list[SubjectStats]:
+        self._flush()
+        return [_subject_stats(name, chosen, self._incomplete[name], self._bounds, self._bootstrap)
+                for name, chosen in self._chosen.items()]
+
+    def paired_differences(self) -> list[PairedDifference]:
+        self._flush()
+        names, bounds = list(self._chosen), _diff_bounds(self._bounds)
+        out = []
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                pairs = self._pairs.get((a, b), [])
+                out.append(PairedDifference(a, b, clustered_mean(pairs, bounds),
+                                            cluster_bootstrap(pairs, f"{a}-{b}", bounds) if self._bootstrap else None))
+        return out

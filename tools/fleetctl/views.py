@@ -105,7 +105,33 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def print_status(data: dict) -> None:
+# Up to this many workers are listed one per line; a larger fleet is summarised (counts by
+# state, the slowest, the refused) unless `status --workers` asks for every line.
+WORKERS_LISTED_MAX = 20
+WORKERS_SLOWEST_SHOWN = 5
+WORKERS_REFUSED_SHOWN = 5
+
+
+def print_workers_summary(workers: list[dict]) -> None:
+    counts: dict[str, int] = {}
+    for w in workers:
+        counts[w["status"]] = counts.get(w["status"], 0) + 1
+    busy, slots = sum(w["busy_slots"] for w in workers), sum(w["slots"] for w in workers)
+    print(f"{len(workers)} workers: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda x: -x[1]))
+          + f"; {busy}/{slots} slots busy (list them all with: fleetctl status --workers)")
+    slowest = sorted(workers, key=lambda w: -w["last_heartbeat_age_ms"])[:WORKERS_SLOWEST_SHOWN]
+    print("slowest to be heard from:")
+    print(table([[w["worker_id"], w["status"], age(w["last_heartbeat_age_ms"]), f"{w['busy_slots']}/{w['slots']}"]
+                 for w in slowest], ["  worker", "status", "last heard", "busy"]))
+    refused = [w for w in workers if w["refusal"]]
+    if refused:
+        print(f"{len(refused)} workers refused by a run" + (f" (the first {WORKERS_REFUSED_SHOWN}):"
+                                                            if len(refused) > WORKERS_REFUSED_SHOWN else ":"))
+        for w in refused[:WORKERS_REFUSED_SHOWN]:
+            print(refusal_lines(w["worker_id"], w["refusal"]))
+
+
+def print_status(data: dict, list_workers: bool = False) -> None:
     for r in data["runs"]:
         g = r["groups"]
         print(f"run {r['run_id']}: {r['state']}"
@@ -117,7 +143,9 @@ def print_status(data: dict) -> None:
               f"peak {r['peak_concurrent_groups']} groups at once (cap {r['max_concurrent_groups']}, "
               f"{r['slots_offered']} slots offered)")
         print("  " + environment_line(r["environment"]))
-    if data["workers"]:
+    if len(data["workers"]) > WORKERS_LISTED_MAX and not list_workers:
+        print_workers_summary(data["workers"])
+    elif data["workers"]:
         print(table([[w["worker_id"], w["status"], w["incarnation"], f"{w['busy_slots']}/{w['slots']}",
                       age(w["last_heartbeat_age_ms"]), w["environment_id"], len(w["serves_runs"]),
                       f"{w['refusal']['run_id']} {age(w['refusal']['age_ms'])} ago" if w["refusal"] else "-"]
@@ -140,17 +168,25 @@ def print_results(data: dict, ci: str = "t") -> None:
     print_cells(data)
     score_range = data["summary"].get("score_range")
     boot = ci == "bootstrap"
-    stats = subject_stats(data["cells"], score_range, bootstrap=boot)
+    print_stats(subject_stats(data["cells"], score_range, bootstrap=boot),
+                paired_differences(data["cells"], score_range, bootstrap=boot),
+                scores_outside(data["cells"], score_range), score_range, ci,
+                [c for c in data["cells"] if c["state"] != "selected"], 0, data["summary"])
+
+
+def print_stats(stats: list, diffs: list, outside: list[dict], score_range: list[float] | None, ci: str,
+                incomplete: list[dict], incomplete_more: int, summary: dict) -> None:
+    """What `results` prints after the cells (also page by page: tools/fleetctl/results_out.py);
+    `outside` and `incomplete` need cell_id, score or incomplete_reason and attempts."""
+    boot = ci == "bootstrap"
     print()
     print(table([[s.subject, s.selected, s.incomplete, fmt(s.score_bootstrap if boot else s.score),
                   fmt(s.pass_rate_bootstrap if boot else s.pass_rate, percent=True)] for s in stats],
                 ["subject", "selected", "incomplete", "mean score [95% CI, clustered by task]", "pass rate [95% CI]"]))
-    diffs = paired_differences(data["cells"], score_range, bootstrap=boot)
     if diffs:
         print()
         print(table([[f"{d.a} - {d.b}", d.difference.n, fmt(d.bootstrap if boot else d.difference)] for d in diffs],
                     ["paired difference", "pairs", "mean [95% CI]"]))
-    outside = scores_outside(data["cells"], score_range)
     if outside:
         print(f"\nwarning: {len(outside)} selected scores lie outside the declared benchmark.scoreRange "
               f"{score_range} (e.g. {outside[0]['cell_id']}: {outside[0]['score']:g}); intervals are still cut to it")
@@ -169,12 +205,13 @@ def print_results(data: dict, ci: str = "t") -> None:
                   "(few tasks, or scores piled at a bound): both are shown")
             for name, a, b, pct in split:
                 print(f"  {name}: bootstrap {fmt(b, percent=pct)}; {describe(a)} {fmt(a, percent=pct)}")
-    incomplete = [c for c in data["cells"] if c["state"] != "selected"]
     if incomplete:
         print("\nincomplete cells (not counted as zero):")
         for c in incomplete:
             print(f"  {c['cell_id']}: {c['incomplete_reason']} after {c['attempts']} attempts")
-    print_summary(data["summary"])
+        if incomplete_more:
+            print(f"  ... and {incomplete_more} more (every cell is in the table above, --csv and --json)")
+    print_summary(summary)
 
 
 def results_csv(data: dict) -> str:

@@ -179,7 +179,7 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
 def watch(admin: Any, run_id: str, local: Local, say: Any) -> dict:
     """Poll the run's status (counts only, cheap for the coordinator) until it settles; then
     fetch the results once."""
-    from tools.pages import results_whole
+    from tools.fleetctl.pages import results_whole
 
     def poll() -> tuple[dict, dict]:
         status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))

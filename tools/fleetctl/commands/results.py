@@ -1,22 +1,18 @@
-"""`fleetctl results RUN [--json | --csv] [--ci t|bootstrap]`: selected and incomplete cells of a run,
-with statistics (intervals: tools/fleetctl/stats.py)."""
+"""`fleetctl results RUN [--json | --csv | --jsonl] [--ci t|bootstrap]`: selected and incomplete
+cells of a run, with statistics (intervals: tools/fleetctl/stats.py), read page by page and
+written as they come (tools/fleetctl/results_out.py): memory is a page, not the run."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from common.fleetpb import admin_pb2
+from tools.fleetctl import results_out
 from tools.fleetctl.client import Admin
-from tools.fleetctl.views import print_results, results_csv, results_json, with_stats
+from tools.fleetctl.pages import results_pages
 
 
 def run(admin: Admin, args: argparse.Namespace) -> int:
-    data = results_json(admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=args.run)))
-    if args.json:
-        print(json.dumps(with_stats(data, args.ci), indent=1, sort_keys=True))
-    elif args.csv:
-        sys.stdout.write(results_csv(data))
-    else:
-        print_results(data, args.ci)
+    write = (results_out.write_json if args.json else results_out.write_csv if args.csv
+             else results_out.write_jsonl if args.jsonl else results_out.write_table)
+    write(results_pages(admin, args.run), sys.stdout, args.ci)
     return 0

@@ -1,4 +1,5 @@
-"""`fleetctl status [RUN] [--json]`: runs, workers, dead letters."""
+"""`fleetctl status [RUN] [--json] [--workers]`: runs, workers (summarised past
+views.WORKERS_LISTED_MAX unless --workers), dead letters."""
 from __future__ import annotations
 
 import argparse
@@ -14,5 +15,5 @@ def run(admin: Admin, args: argparse.Namespace) -> int:
     if args.run:
         req.run_id = args.run
     data = status_json(admin.call("GetStatus", req))
-    print(json.dumps(data, indent=1, sort_keys=True)) if args.json else print_status(data)
+    print(json.dumps(data, indent=1, sort_keys=True)) if args.json else print_status(data, args.workers)
     return 0

@@ -60,6 +60,10 @@ class _SessionCut(Exception):
     pass
 
 
+def _too_large(size: int) -> str:
+    return f"{Rejection.MESSAGE_TOO_LARGE.name}: a frame of {size} bytes exceeds {limits.MESSAGE_BYTES_MAX}"
+
+
 @dataclass(eq=False)
 class Session:
     worker_id: str
@@ -79,6 +83,7 @@ class Session:
     owned: tuple = ()
     beat_at: float = 0.0  # loop time of the last heartbeat received or refreshed
     held: list = field(default_factory=list)  # a frame (or the cut sentinel None) taken while batching acks
+    abort: tuple | None = None  # (status code, details) to end the stream with, once it is cut
 
     def send(self, frame: Any) -> bool:
         if self.cut_reason:
@@ -237,6 +242,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             return
         if first is grpc.aio.EOF:
             return
+        if first.ByteSize() > limits.MESSAGE_BYTES_MAX:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(first.ByteSize()))
+            return
         if first.WhichOneof("body") != "hello" or first.seq != 1:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "MALFORMED_FRAME: the first frame of a session must be hello with seq 1")
@@ -271,6 +279,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                     tg.create_task(self._reader(session, context))
             except* _SessionCut:
                 pass  # cut on purpose: replaced, too slow, or the worker must register again
+            if session.abort is not None:
+                await context.abort(*session.abort)
         finally:
             if self.hub.detach(session):
                 try:
@@ -408,10 +418,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 size = frame.ByteSize()
                 if size > limits.MESSAGE_BYTES_MAX:
                     # The server's receive limit is a spec submit's (limits.ADMIN_REQUEST_BYTES_MAX):
-                    # a worker frame is held to the session's own limit here.
-                    self._ack(session, frame.seq, rejected(
-                        Rejection.MESSAGE_TOO_LARGE, f"frame of {size} bytes exceeds {limits.MESSAGE_BYTES_MAX}"))
-                    continue
+                    # a worker frame is held to the session's own limit here, and the stream is
+                    # ended as gRPC itself would end it, RESOURCE_EXHAUSTED.
+                    session.abort = (grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(size))
+                    session.cut(f"frame of {size} bytes")
+                    break
                 try:
                     await self._handle(session, frame)
                 except FrameError as e:

@@ -58,9 +58,10 @@ OUTBOX_GROUP_COMMIT_OPS_MAX = 512
 UPLOADS_IN_FLIGHT_MAX = 4
 ACTOR_QUEUE_COMMANDS_MAX = 10_000
 COMMIT_BATCH_COMMANDS_MAX = 512
-# A snapshot pickles the whole state on the actor thread (about 11% of its time at 10,000
-# under load, tools/bench_coordinator); replaying 50,000 records takes about 1.2 s
-# (24 us per record, `python -m tools.bench_core`), which bounds recovery time.
+# A snapshot is encoded in a forked child (coordinator/actor.py), so its cost to the actor is
+# the fork and the part writes, not the pickling; replaying 50,000 records takes about 1.2 s
+# (24 us per record, `python -m tools.bench_core`), which bounds recovery time after the
+# snapshot's own load (tools/bench_scale).
 SNAPSHOT_EVERY_RECORDS = 50_000
 # A snapshot encoded in a child is stored in parts of this size, one LMDB transaction each,
 # between the actor's batches: about 10 ms a part on this machine's disk (tools/bench_scale),

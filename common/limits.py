@@ -14,6 +14,10 @@ EXPIRE_AFTER_MS_DEFAULT = 15_000
 # After a coordinator restart workers need time to reconnect and reconcile.
 RECOVERY_GRACE_MS_DEFAULT = 30_000
 RETRY_BACKOFF_MS_DEFAULT = 1_000
+# A stream its worker's side closed or reset (a killed process: its kernel closes the socket
+# at once) is not silence. The grace covers a supervised restart: systemd's RestartSec=1s
+# (tools/systemd) plus the worker's start, about a second here.
+STREAM_END_GRACE_MS_DEFAULT = 3_000
 RETRY_BACKOFF_MAX_MS_DEFAULT = 60_000
 MAX_ATTEMPTS_PER_CELL_DEFAULT = 3
 # A group deadline is derived from the budget: subject and verifier time, times a factor for
@@ -101,6 +105,7 @@ assert EXPIRE_AFTER_MS_DEFAULT > SUSPECT_AFTER_MS_DEFAULT, "expiry must follow s
 assert RECOVERY_GRACE_MS_DEFAULT >= EXPIRE_AFTER_MS_DEFAULT, "recovery grace covers a normal expiry"
 assert RETRY_BACKOFF_MAX_MS_DEFAULT >= RETRY_BACKOFF_MS_DEFAULT
 assert REPORT_BATCH_BYTES_MAX <= MESSAGE_BYTES_MAX // 2, "a batch of reports must fit one message"
+assert STREAM_END_GRACE_MS_DEFAULT < EXPIRE_AFTER_MS_DEFAULT, "a stream end is news: it acts before silence would"
 assert CHUNK_BYTES_MAX * 2 <= MESSAGE_BYTES_MAX, "a chunk plus its frame must fit one message"
 assert ADMIN_REQUEST_BYTES_MAX > SPEC_BYTES_MAX >= MESSAGE_BYTES_MAX, "a spec submit is the largest message"
 assert KEEPALIVE_TIMEOUT_MS < KEEPALIVE_TIME_MS

@@ -15,7 +15,8 @@ from common.spec import ExperimentSpec, SpecError, canonical_json
 
 
 ENVIRONMENT_MATCHES = ("worker", "cell")
-ADDED_LATER: dict[str, Any] = {"environment_match": "worker"}  # name -> default
+ADDED_LATER: dict[str, Any] = {"environment_match": "worker", "order_from": "",
+                               "stream_end_grace_ms": limits.STREAM_END_GRACE_MS_DEFAULT}  # name -> default
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,13 @@ class Policy:
     # "worker": workers must match the whole environment id (same build everywhere);
     # "cell": only the cell environment (common/identity.py), for a fleet in several languages.
     environment_match: str = "worker"
+    # A settled run of the same benchmark whose observed group durations order this run's
+    # dispatch, longest first (coordinator/core/order.py); "" dispatches in spec order.
+    order_from: str = ""
+    # A worker whose stream ended (closed or reset by its side) while it was live gets this
+    # long to come back before its groups are redispatched; silence keeps the suspicion and
+    # expiry above. 0: a stream end is treated like silence.
+    stream_end_grace_ms: int = limits.STREAM_END_GRACE_MS_DEFAULT
 
     def canonical(self) -> str:
         return canonical_json(self.document())
@@ -67,6 +75,7 @@ _BOUNDS: dict[str, tuple[int, int]] = {
     "group_cpu_millis": (0, 1 << 30),
     "group_memory_mb": (0, 1 << 30),
     "group_deadline_ms": (0, 30 * 24 * 3600_000),
+    "stream_end_grace_ms": (0, 7 * 24 * 3600_000),
 }
 
 
@@ -90,6 +99,9 @@ def parse_policy(document: Any) -> Policy:
         if name == "required_environment_id":
             if not isinstance(value, str):
                 raise SpecError(f"policy.{key}", "must be a string")
+        elif name == "order_from":
+            if not isinstance(value, str) or len(value) > limits.ID_CHARS_MAX:
+                raise SpecError(f"policy.{key}", f"must be a run id (a string of at most {limits.ID_CHARS_MAX} characters)")
         elif name == "environment_match":
             if value not in ENVIRONMENT_MATCHES:
                 raise SpecError(f"policy.{key}", f"must be one of {', '.join(ENVIRONMENT_MATCHES)}")

@@ -47,3 +47,6 @@ class Rejection(enum.IntEnum):
     RUN_PIN_HELD = 34  # a pin release while a selected result or running group depends on it
     PROTOCOL_UNSUPPORTED = 35  # a worker too old to measure a run's environment
     PAGE_TOKEN_INVALID = 40  # forged, stale, or from another run or listing (admin paging)
+    # Issue 11 (order from history) takes 41-42 (40 went to admin paging).
+    ORDER_RUN_IN_PROGRESS = 41  # `orderFrom` names a run that has not settled yet
+    ORDER_RUN_OTHER_BENCHMARK = 42  # `orderFrom` names a run of another benchmark name or version

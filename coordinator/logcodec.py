@@ -228,6 +228,14 @@ def _policy_from_text(text: str, where: str) -> Policy:
         raise LogCodecError(f"{where}: the policy does not parse: {e}") from None
 
 
+def _order(value: Any, where: str) -> list[int]:
+    if value is None:
+        raise LogCodecError(f"{where}: an unresolved dispatch order is never logged (step resolves it)")
+    if not isinstance(value, (tuple, list)):
+        raise LogCodecError(f"{where}: expected a tuple of group indexes, got {type(value).__name__}")
+    return [_int(v, f"{where}[{i}]", 0, INT64_MAX) for i, v in enumerate(value)]
+
+
 # ---- the command table ----------------------------------------------------------------------
 
 Encoder = Callable[[Any, Any, str], None]  # (message, value, where) -> None: sets the field
@@ -254,6 +262,9 @@ def _field_codec(cls: type, fd: FieldDescriptor) -> tuple[Encoder, Decoder]:
     if fd.message_type is not None and fd.message_type.full_name == "fleet.v1.Report" and not fd.is_repeated:
         return (lambda m, v, w: report_to_proto(v, getattr(m, name)),
                 lambda m, w: report_from_proto(getattr(m, name)))
+    if cls is commands.RunSubmitted and name == "order":
+        return (lambda m, v, w: getattr(m, name).extend(_order(v, w)),
+                lambda m, w: tuple(getattr(m, name)))
     if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
         # map<string, string>: a manifest, kept in the core as (key, value) pairs sorted by key.
         return (lambda m, v, w: getattr(m, name).update(_manifest(v, w)),

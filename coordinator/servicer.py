@@ -54,6 +54,7 @@ SUBMIT_RETRY_S = 0.002
 # An unpaged GetResults or ListAttempts gathers pages while they stay under this: one more
 # page (at most PAGE_BYTES_MAX and one item), the summary and the field tags still fit.
 UNPAGED_BYTES_MAX = limits.MESSAGE_BYTES_MAX - limits.PAGE_BYTES_MAX - (1 << 20)
+STREAM_ENDED = "stream ended"  # the cut reason when the worker's side ended the stream
 
 
 class _SessionCut(Exception):
@@ -283,8 +284,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 await context.abort(*session.abort)
         finally:
             if self.hub.detach(session):
+                # The worker's side ended the stream (it closed it, or its kernel reset it when
+                # the process died; grpc cancels this handler then) unless we cut it: that end
+                # is news and starts the core's short grace. A cut of ours (too slow, refused)
+                # is not: the worker is alive and will reconnect, so it is treated as silence.
+                peer_ended = session.cut_reason in ("", STREAM_ENDED)
+                ended = c.WorkerStreamEnded if peer_ended else c.WorkerDisconnected
                 try:
-                    self.actor.submit(Request(make=lambda now: c.WorkerDisconnected(now, wid)))
+                    self.actor.submit(Request(make=lambda now: ended(now, wid)))
                 except Overloaded:
                     pass  # expiry will notice the silence anyway
             log.info("session_closed", worker_id=wid, reason=session.cut_reason or "stream ended")
@@ -429,7 +436,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                     for seq in range(frame.seq, frame.seq + max(1, span)):
                         self._ack(session, seq, rejected(e.rejection, e.detail))
         finally:
-            session.cut_reason = session.cut_reason or "stream ended"
+            session.cut_reason = session.cut_reason or STREAM_ENDED
             try:
                 session.queue.put_nowait(None)
             except asyncio.QueueFull:
@@ -711,6 +718,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                      bench_root=request.bench_root or None)
         if t.outcome.rejection == Rejection.SPEC_CONFLICT:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"SPEC_CONFLICT: {t.outcome.detail}")
+        if t.outcome.rejection == Rejection.UNKNOWN_RUN:  # orderFrom names no run
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: {t.outcome.detail}")
         if not t.outcome.ok:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{t.outcome.rejection.name}: {t.outcome.detail}")
         return admin_pb2.SubmitRunResponse(run_id=run_id, created=t.outcome.kind == OutcomeKind.ACCEPTED)

@@ -12,6 +12,7 @@ import gc
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import MISSING, fields
 
 from coordinator.core.state import Soft, State
 
@@ -58,4 +59,14 @@ def decode_state(data: bytes) -> State:
         raise SnapshotFormatError(f"snapshot does not decode: {e}") from e
     if not isinstance(state, State):
         raise SnapshotFormatError(f"snapshot holds a {type(state).__name__}, not a State")
+    _fill_added_fields(state)
     return state
+
+
+def _fill_added_fields(state: State) -> None:
+    """A slotted record pickles only the slots it had; a field added since (with a default)
+    is absent from an older snapshot's records and takes its default here."""
+    for run in state.runs.values():
+        for f in fields(run):
+            if not hasattr(run, f.name) and f.default is not MISSING:
+                setattr(run, f.name, f.default)

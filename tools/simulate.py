@@ -2,12 +2,22 @@
 
     python -m tools.simulate --seed 42              one run, one JSON object on stdout
     python -m tools.simulate --seeds 0-299 --check  many runs, invariants after every command
+    python -m tools.simulate --seeds 0-99 --order-check
+                                                    each seed twice on one coordinator: a run,
+                                                    then the same spec ordered from it; both
+                                                    must select exactly the same
 
 A seed fixes everything: the scenario, the fault rates, every drop and every outcome, so the
 same seed prints byte-identical output and a failure replays exactly. Workers here are models
 of the real worker's protocol (durable outbox, reconnect with hello, heartbeats listing what
 they own, group finished after their reports are acknowledged); the coordinator is the real
 `step` with a log of durable commands, restarted by replaying that log through the core.
+
+Two ways a worker goes away are told apart, as the real servicer tells them apart: a crashed
+process's kernel closes its socket at once (the coordinator sees the stream end, and the core's
+short grace starts), while a partition is silence, and the transport notices it only after its
+keepalive timeout (a stream end the core treats as silence, since the worker was already
+silent). A stream reset with the worker alive (a middlebox) is a third fault: it reconnects.
 """
 from __future__ import annotations
 
@@ -20,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.limits import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, ArtifactRef, expected_status
 from common.ids import RunId, WorkerId, run_id_for, sha256_digest
 from common.policy import Policy
@@ -34,7 +45,10 @@ TICK_MS = 250
 HEARTBEAT_MS = 1_000
 RESEND_MS = 3_000  # a worker resends an unacknowledged frame after this long
 RECONNECT_MS = 1_000
-DISCONNECT_NOTICE_MS = 2_000  # how long the coordinator takes to see a dead stream
+# A partition ends the stream only when the transport's keepalive notices: a ping unanswered
+# for its timeout, sent up to its interval after the last traffic.
+PARTITION_NOTICE_MS_MIN = KEEPALIVE_TIMEOUT_MS
+PARTITION_NOTICE_MS_MAX = KEEPALIVE_TIMEOUT_MS + KEEPALIVE_TIME_MS
 FAULT_WINDOW_MS = 150_000  # faults stop after this; the run must then settle
 SETTLE_LIMIT_MS = 3_600_000
 TRACE_ENTRIES_MAX = 5_000
@@ -69,6 +83,19 @@ class Faults:
     infra_failure: float
     subject_failure: float
     verifier_invalid: float
+    stream_reset: bool = False
+
+    @staticmethod
+    def quiet(rng: random.Random) -> Faults:
+        """Faults that lose no attempt to timing, so that which attempt of a cell is selected
+        does not depend on when groups run: lost and late frames, a pause, and every kind of
+        outcome (retries included). No process dies, nothing expires, and no hello arrives
+        twice (a repeated hello reconciles away a group pushed in between: a lost attempt)."""
+        f = Faults.draw(rng)
+        f.duplicate = 0.0
+        f.partition = f.worker_crash = f.env_failure = f.straggler = f.stream_reset = False
+        f.coordinator_restarts = 0
+        return f
 
     @staticmethod
     def draw(rng: random.Random) -> Faults:
@@ -88,6 +115,7 @@ class Faults:
             infra_failure=rng.uniform(0, 0.12),
             subject_failure=rng.uniform(0, 0.1),
             verifier_invalid=rng.uniform(0, 0.04),
+            stream_reset=rng.random() < 0.3,
         )
 
 
@@ -117,11 +145,16 @@ class SimWorker:
 
 class Simulation:
     def __init__(self, seed: int, *, check: bool, groups_tasks: int = 20, repetitions: int = 2,
-                 subjects: int = 3, workers: int = 3) -> None:
+                 subjects: int = 3, workers: int = 3, quiet: bool = False) -> None:
+        """`quiet`: only faults that lose no attempt to timing, and each attempt's outcome and
+        duration drawn from the attempt itself (its cell and number), not from the order of
+        events. `next_run` goes on with a second run of the spec on the same fleet."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.check = check
-        self.faults = Faults.draw(self.rng)
+        self.quiet = quiet
+        self.faults = Faults.quiet(self.rng) if quiet else Faults.draw(self.rng)
+        self.start_ms = 0  # when the current run was submitted
         self.now = 0
         self.events: list[tuple[int, int, str, tuple]] = []
         self.seq = 0
@@ -172,7 +205,15 @@ class Simulation:
             self.trace_dropped += 1
 
     def faulty(self) -> bool:
-        return self.now < FAULT_WINDOW_MS
+        return self.now < self.start_ms + FAULT_WINDOW_MS
+
+    def attempt_rng(self, attempt_id: str, what: str) -> random.Random:
+        """In a quiet simulation, what happens to an attempt is drawn from the attempt (its
+        cell and dispatch number, not its run), so two runs of one spec see the same."""
+        if not self.quiet:
+            return self.rng
+        _, cell, number = attempt_id.rsplit(":", 2)
+        return random.Random(f"{self.seed}:{cell}:{number}:{what}")
 
     def send_to_coordinator(self, w: SimWorker, frame: tuple) -> None:
         if not (w.alive and w.connected and not w.partitioned and self.coordinator_up):
@@ -253,9 +294,10 @@ class Simulation:
                                  f"report {attempt_id} rejected: {out.rejection.name} {out.detail}")
             if out.kind == OutcomeKind.LATE:
                 self.stats["late_reports"] += 1
-            if out.kind == OutcomeKind.ACCEPTED and self.state.runs[self.run_id].cells[
-                    self.state.attempts[attempt_id].cell_id].selected == attempt_id:
-                self.acked_selectable[attempt_id] = self.state.attempts[attempt_id].cell_id
+            attempt = self.state.attempts.get(attempt_id)
+            if out.kind == OutcomeKind.ACCEPTED and self.state.runs[attempt.run_id].cells[
+                    attempt.cell_id].selected == attempt_id:
+                self.acked_selectable[attempt_id] = attempt.cell_id
             self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
         elif kind == "finished":
             out = self.apply(c.GroupFinished(self.now, wid, frame[1]))
@@ -332,7 +374,7 @@ class Simulation:
             w.assignments[push.assignment_id] = sa
             self.note(f"{w.worker_id} runs {push.assignment_id} ({len(push.cells)} cells)")
             for cd in push.cells:
-                sa.pending[cd.attempt_id] = self.at(self.now + self.duration(), "cell_done",
+                sa.pending[cd.attempt_id] = self.at(self.now + self.duration(cd.attempt_id), "cell_done",
                                                     w.worker_id, w.epoch, push.assignment_id, cd.attempt_id)
         elif kind == "revoke":
             sa = w.assignments.get(frame[1])
@@ -363,10 +405,13 @@ class Simulation:
         elif kind == "welcome":
             pass
 
-    def duration(self) -> int:
-        base = self.rng.randint(1_000, 8_000)
-        if self.faulty() and self.rng.random() < self.faults.slow_cells:
-            base *= self.rng.randint(3, 6)
+    def duration(self, attempt_id: str) -> int:
+        rng = self.attempt_rng(attempt_id, "duration")
+        base = rng.randint(1_000, 8_000)
+        if self.quiet:  # slow, never past the group deadline: nothing may expire
+            return base * (rng.randint(2, 3) if rng.random() < self.faults.slow_cells else 1)
+        if self.faulty() and rng.random() < self.faults.slow_cells:
+            base *= rng.randint(3, 6)
         return base
 
     def cell_done(self, w: SimWorker, assignment_id: str, attempt_id: str) -> None:
@@ -387,7 +432,7 @@ class Simulation:
         self.flush(w, force=True)
 
     def outcome(self, attempt_id: str) -> Report:
-        f, rng = self.faults, self.rng
+        f, rng = self.faults, self.attempt_rng(attempt_id, "outcome")
         attempt = self.state.attempts.get(attempt_id)
         subject = attempt_id.split("/")[-1].split(":")[0]
         artifact = f"{attempt_id}:log".encode()
@@ -437,28 +482,46 @@ class Simulation:
         f, rng = self.faults, self.rng
         wids = list(self.workers)
         if f.partition:
-            self.at(rng.randint(5_000, 60_000), "partition", rng.choice(wids), rng.randint(20_000, 40_000))
+            self.at(self.start_ms + rng.randint(5_000, 60_000), "partition", rng.choice(wids),
+                    rng.randint(20_000, 40_000))
+        t0 = self.start_ms
         if f.worker_crash:
-            self.at(rng.randint(5_000, 100_000), "crash", rng.choice(wids))
+            self.at(t0 + rng.randint(5_000, 100_000), "crash", rng.choice(wids))
+        if f.stream_reset:
+            self.at(t0 + rng.randint(5_000, 100_000), "stream_reset", rng.choice(wids))
         for _ in range(f.coordinator_restarts):
-            self.at(rng.randint(5_000, 120_000), "coord_crash")
+            self.at(t0 + rng.randint(5_000, 120_000), "coord_crash")
         if f.pause:
-            start = rng.randint(5_000, 100_000)
+            start = t0 + rng.randint(5_000, 100_000)
             self.at(start, "pause")
             self.at(start + rng.randint(5_000, 30_000), "recover")
 
-    def run(self) -> dict:
-        self.apply(c.RunSubmitted(0, self.run_id, self.spec, self.policy, MANIFEST, WORKER_KEYS))
-        for w in self.workers.values():
-            self.at(self.rng.randint(0, 500), "reconnect", w.worker_id, w.epoch)
-            self.at(HEARTBEAT_MS + self.rng.randint(0, 300), "heartbeat", w.worker_id, w.epoch)
-        self.at(TICK_MS, "tick")
+    def next_run(self, order_from: str = "") -> dict:
+        """After `run`: the same spec again, on the same coordinator and fleet (the workers keep
+        their sessions), with a policy that orders it from `order_from`; faults drawn anew."""
+        from dataclasses import replace
+        self.start_ms = self.now
+        self.policy = replace(self.policy, order_from=order_from)
+        self.run_id = run_id_for(self.spec.canonical, self.policy.canonical())
+        self.env_failure_pending = self.faults.env_failure
+        self.straggler_pending = self.faults.straggler
+        return self.run(connect=False)
+
+    def run(self, connect: bool = True) -> dict:
+        t0 = self.start_ms
+        out = self.apply(c.RunSubmitted(t0, self.run_id, self.spec, self.policy, MANIFEST, WORKER_KEYS))
+        if not out.ok:
+            raise SimFailure(self.seed, self.commands, self.now, f"submission refused: {out.detail}")
+        for w in self.workers.values() if connect else ():
+            self.at(t0 + self.rng.randint(0, 500), "reconnect", w.worker_id, w.epoch)
+            self.at(t0 + HEARTBEAT_MS + self.rng.randint(0, 300), "heartbeat", w.worker_id, w.epoch)
+        self.at(t0 + TICK_MS, "tick")
         self.schedule_faults()
         paused = False
         while self.events:
             when, _, kind, args = heapq.heappop(self.events)
             self.now = when
-            if self.now > SETTLE_LIMIT_MS:
+            if self.now > self.start_ms + SETTLE_LIMIT_MS:
                 raise SimFailure(self.seed, self.commands, self.now, "the run did not settle after the faults stopped")
             if kind == "tick":
                 if self.coordinator_up:
@@ -502,14 +565,24 @@ class Simulation:
                 self.stats["partitions"] += 1
                 w.partitioned = True
                 self.note(f"{wid} partitioned for {length}ms")
-                self.at(self.now + DISCONNECT_NOTICE_MS, "stream_dead", wid)
+                self.at(self.now + self.rng.randint(PARTITION_NOTICE_MS_MIN, PARTITION_NOTICE_MS_MAX),
+                        "stream_dead", wid)
                 self.at(self.now + length, "heal", wid)
             elif kind == "stream_dead":
+                # The keepalive noticed the silence: to the servicer, a stream that ended.
                 w = self.workers[args[0]]
                 if w.connected and w.partitioned:
                     w.connected = False
                     if self.coordinator_up:
-                        self.apply(c.WorkerDisconnected(self.now, w.worker_id))
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id))
+                    self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
+            elif kind == "stream_reset":
+                w = self.workers[args[0]]
+                if w.alive and w.connected and not w.partitioned:
+                    self.note(f"{w.worker_id} stream reset")
+                    w.connected = False  # frames in flight on the reset stream are dropped
+                    if self.coordinator_up:
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id))
                     self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
             elif kind == "heal":
                 self.workers[args[0]].partitioned = False
@@ -518,7 +591,8 @@ class Simulation:
                 w = self.workers[args[0]]
                 if w.alive:
                     if w.connected and self.coordinator_up:
-                        self.apply(c.WorkerDisconnected(self.now, w.worker_id))
+                        # Its kernel closes the socket: the servicer sees the stream end at once.
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id))
                     self.crash_worker(w)
             elif kind == "worker_up":
                 w = self.workers[args[0]]
@@ -603,8 +677,8 @@ class Simulation:
         for inc in summary.incomplete:
             if inc.reason != "exhausted":
                 fail(f"cell {inc.cell_id} ended incomplete as {inc.reason}")
-        run = self.state.runs[self.run_id]
         for attempt_id, cell_id in self.acked_selectable.items():
+            run = self.state.runs[self.state.attempts[attempt_id].run_id]
             if run.cells[cell_id].selected != attempt_id:
                 fail(f"acknowledged result {attempt_id} is not the selected result of {cell_id}")
         replayed = new_state()
@@ -623,6 +697,47 @@ def run_seed(seed: int, check: bool) -> dict:
         raise SimFailure(seed, sim.commands, sim.now, f"assertion failed: {e}") from e
 
 
+def selection_view(sim: Simulation) -> dict:
+    """What a run selected and what it counted, keyed by cell (not by run): per cell its
+    dispatches and its selected attempt's number, status and score; then the accounting."""
+    run = sim.state.runs[sim.run_id]
+    cells = {}
+    for cid, cell in run.cells.items():
+        chosen = sim.state.attempts[cell.selected] if cell.selected else None
+        report = chosen.report if chosen else None
+        cells[cid] = [len(cell.attempts), chosen.attempt_id.rsplit(":", 1)[1] if chosen else None,
+                      report.status.name if report else None, report.score if report else None]
+    s = summarize(sim.state, sim.run_id)
+    return {"cells": cells, "state": s.state, "attempts_dispatched": s.attempts_dispatched,
+            "observed_cost_usd": round(s.observed_cost_usd, 6), "selected_cost_usd": round(s.selected_cost_usd, 6),
+            "usage_complete": s.usage_complete, "late_reports": s.late_reports,
+            "incomplete": sorted((i.cell_id, i.reason) for i in s.incomplete)}
+
+
+def run_order_check(seed: int) -> dict:
+    """A quiet run, then the same spec ordered from it on the same coordinator (its log goes
+    on): the second must dispatch in another order and select and count exactly the same."""
+    sim = Simulation(seed, check=True, quiet=True)
+    try:
+        sim.run()
+        a = selection_view(sim)
+        first_run, first_ms = sim.run_id, sim.now
+        sim.next_run(order_from=first_run)
+    except AssertionError as e:
+        raise SimFailure(seed, sim.commands, sim.now, f"assertion failed: {e}") from e
+    ordered = sim.state.runs[sim.run_id]
+    if not ordered.order:
+        raise SimFailure(seed, sim.commands, sim.now, "the second run was not ordered")
+    b = selection_view(sim)
+    if a != b:
+        diff = sorted(k for k in a["cells"] if a["cells"][k] != b["cells"].get(k))
+        what = f"cells {diff[:5]}" if diff else ", ".join(k for k in a if a[k] != b[k])
+        raise SimFailure(seed, sim.commands, sim.now, f"the ordered run selected differently: {what}")
+    spec_order = list(range(sim.spec.group_count))
+    return {"seed": seed, "reordered": list(ordered.order) != spec_order, "cells": len(a["cells"]),
+            "first_ms": first_ms, "second_ms": sim.now - sim.start_ms}
+
+
 def parse_range(text: str) -> range:
     lo, _, hi = text.partition("-")
     return range(int(lo), int(hi or lo) + 1)
@@ -635,7 +750,23 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--seeds", type=parse_range, help="a range A-B of seeds")
     ap.add_argument("--check", action="store_true", help="check invariants after every durable command")
     ap.add_argument("--no-trace", action="store_true", help="leave the trace out of the report")
+    ap.add_argument("--order-check", action="store_true",
+                    help="per seed, a quiet run and the same spec ordered from it must select the same")
     args = ap.parse_args(argv)
+    if args.order_check:
+        seeds = args.seeds if args.seeds is not None else range(args.seed, args.seed + 1)
+        started = time.perf_counter()
+        checked = []
+        for seed in seeds:
+            try:
+                checked.append(run_order_check(seed))
+            except SimFailure as e:
+                print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --order-check", file=sys.stderr)
+                return 1
+        print(json.dumps({"order_check": f"{seeds.start}-{seeds.stop - 1}", "passed": len(checked),
+                          "reordered": sum(c["reordered"] for c in checked),
+                          "seconds": round(time.perf_counter() - started, 2)}, sort_keys=True))
+        return 0
     if args.seeds is None:
         try:
             report = run_seed(args.seed, args.check)

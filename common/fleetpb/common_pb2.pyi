@@ -47,6 +47,8 @@ class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECTION_REASON_RUN_PIN_HELD: _ClassVar[RejectionReason]
     REJECTION_REASON_PROTOCOL_UNSUPPORTED: _ClassVar[RejectionReason]
     REJECTION_REASON_PAGE_TOKEN_INVALID: _ClassVar[RejectionReason]
+    REJECTION_REASON_ORDER_RUN_IN_PROGRESS: _ClassVar[RejectionReason]
+    REJECTION_REASON_ORDER_RUN_OTHER_BENCHMARK: _ClassVar[RejectionReason]
 
 class Execution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -129,6 +131,8 @@ REJECTION_REASON_STORAGE_FULL: RejectionReason
 REJECTION_REASON_RUN_PIN_HELD: RejectionReason
 REJECTION_REASON_PROTOCOL_UNSUPPORTED: RejectionReason
 REJECTION_REASON_PAGE_TOKEN_INVALID: RejectionReason
+REJECTION_REASON_ORDER_RUN_IN_PROGRESS: RejectionReason
+REJECTION_REASON_ORDER_RUN_OTHER_BENCHMARK: RejectionReason
 EXECUTION_UNSPECIFIED: Execution
 EXECUTION_COMPLETED: Execution
 EXECUTION_SUBJECT_FAILED: Execution

@@ -9,9 +9,9 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LogRecord(_message.Message):
-    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released")
+    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released", "worker_lost")
     class RunSubmitted(_message.Message):
-        __slots__ = ("run_id", "spec", "policy", "manifest", "worker_keys")
+        __slots__ = ("run_id", "spec", "policy", "manifest", "worker_keys", "order")
         class ManifestEntry(_message.Message):
             __slots__ = ("key", "value")
             KEY_FIELD_NUMBER: _ClassVar[int]
@@ -24,12 +24,14 @@ class LogRecord(_message.Message):
         POLICY_FIELD_NUMBER: _ClassVar[int]
         MANIFEST_FIELD_NUMBER: _ClassVar[int]
         WORKER_KEYS_FIELD_NUMBER: _ClassVar[int]
+        ORDER_FIELD_NUMBER: _ClassVar[int]
         run_id: str
         spec: str
         policy: str
         manifest: _containers.ScalarMap[str, str]
         worker_keys: _containers.RepeatedScalarFieldContainer[str]
-        def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[str] = ..., policy: _Optional[str] = ..., manifest: _Optional[_Mapping[str, str]] = ..., worker_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+        order: _containers.RepeatedScalarFieldContainer[int]
+        def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[str] = ..., policy: _Optional[str] = ..., manifest: _Optional[_Mapping[str, str]] = ..., worker_keys: _Optional[_Iterable[str]] = ..., order: _Optional[_Iterable[int]] = ...) -> None: ...
     class WorkerRegistered(_message.Message):
         __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered", "cell_environment_id", "environment")
         class EnvironmentEntry(_message.Message):
@@ -139,6 +141,11 @@ class LogRecord(_message.Message):
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]
         worker_id: str
         def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class WorkerLost(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
     class TimeAdvanced(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
@@ -187,6 +194,7 @@ class LogRecord(_message.Message):
     TIME_ADVANCED_FIELD_NUMBER: _ClassVar[int]
     RUN_ENVIRONMENT_MEASURED_FIELD_NUMBER: _ClassVar[int]
     RUN_PIN_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_LOST_FIELD_NUMBER: _ClassVar[int]
     index: int
     now_ms: int
     run_submitted: LogRecord.RunSubmitted
@@ -207,7 +215,8 @@ class LogRecord(_message.Message):
     time_advanced: LogRecord.TimeAdvanced
     run_environment_measured: LogRecord.RunEnvironmentMeasured
     run_pin_released: LogRecord.RunPinReleased
-    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ...) -> None: ...
+    worker_lost: LogRecord.WorkerLost
+    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ..., worker_lost: _Optional[_Union[LogRecord.WorkerLost, _Mapping]] = ...) -> None: ...
 
 class LogEntry(_message.Message):
     __slots__ = ("record", "crc32")

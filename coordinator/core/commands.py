@@ -2,10 +2,15 @@
 
 Two kinds. Durable commands change the durable state and are what the write-ahead log
 records; replaying them in order through `step` rebuilds that state exactly. Soft commands
-(`HeartbeatReceived`, `WorkerDisconnected`, `ClockTicked`) carry liveness, which is not worth
-a disk write; when one of them leads to a durable change, `step` returns that change as a
-derived durable command (`WorkerSuspected`, `WorkerResumed`, `WorkerExpired`,
-`TimeAdvanced`), and the log records the derived command instead of the soft one.
+(`HeartbeatReceived`, `WorkerDisconnected`, `WorkerStreamEnded`, `ClockTicked`) carry
+liveness, which is not worth a disk write; when one of them leads to a durable change, `step`
+returns that change as a derived durable command (`WorkerSuspected`, `WorkerResumed`,
+`WorkerExpired`, `WorkerLost`, `TimeAdvanced`), and the log records the derived command
+instead of the soft one.
+
+`RunSubmitted` is logged as resolved: the shell submits it with `order=None`, `step` resolves
+the dispatch order (from the run `policy.orderFrom` names, if any) and returns the command
+with that order as the one to log, so replay reads the order and never recomputes it.
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ class RunSubmitted:
     # Keys the spec names that only a worker can measure (tools on its PATH); with the
     # worker's Hello environment they form the pin, fixed at the run's first dispatch.
     worker_keys: tuple[str, ...] = ()
+    # Group indexes in dispatch order; () is spec order; None: not resolved yet (never logged).
+    order: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,15 @@ class HeartbeatReceived:
 
 @dataclass(frozen=True, slots=True)
 class WorkerDisconnected:
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStreamEnded:
+    """The worker's side closed or reset its stream (a killed process's kernel closes its
+    socket at once), as opposed to the coordinator cutting it or the stream going silent."""
+
     now_ms: int
     worker_id: WorkerId
 
@@ -167,6 +183,15 @@ class WorkerExpired:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerLost:
+    """A worker's stream ended and it did not come back within `stream_end_grace_ms`: its
+    assignments are superseded, as by expiry (derived from a clock tick)."""
+
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
 class TimeAdvanced:
     now_ms: int
 
@@ -185,6 +210,7 @@ Command = (
     RunSubmitted | WorkerRegistered | HeartbeatReceived | WorkerDisconnected | CellReported
     | ArtifactStored | GroupFinished | RunPaused | RunRecovered | RunRepaired | CellRetryGranted
     | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
-    | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased
+    | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased | WorkerStreamEnded
+    | WorkerLost
 )
-SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, ClockTicked)
+SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked)

@@ -64,7 +64,7 @@ def check(state: State) -> list[str]:
         if active > run.spec.max_concurrent_groups:
             bad.append(f"run {run.run_id} has {active} groups running over its cap {run.spec.max_concurrent_groups}")
         settled = 0
-        queued = set(run.ready) | {i for _, i in run.backoff}
+        queued = {run.ready_group(k) for k in run.ready} | {i for _, i in run.backoff}
         for group in run.groups:
             if group.status == GroupStatus.SETTLED:
                 settled += 1

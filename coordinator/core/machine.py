@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from dataclasses import replace
 
 from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
@@ -29,6 +30,7 @@ from common.ids import AssignmentId, WorkerId, assignment_id_for, attempt_id_for
 from common.policy import Policy, group_deadline_for
 from common.rejections import Rejection
 from coordinator.core import commands as c
+from coordinator.core.order import order_problem, resolve_order
 from coordinator.core.effects import (
     ACCEPTED,
     DUPLICATE,
@@ -93,6 +95,23 @@ def _durable(fn: Callable[[State, object, Fx], Outcome]) -> Callable[[State, obj
     return run
 
 
+def _run_submitted_step(state: State, cmd: c.RunSubmitted) -> Transition:
+    """Like `_durable`, except that what the log records is the command with its dispatch
+    order resolved (coordinator/core/order.py), never the unresolved one."""
+    fx: Fx = []
+    before = state.version
+    order = cmd.order
+    if order is None and cmd.run_id not in state.runs:
+        resolved = resolve_order(state, cmd.spec, cmd.policy)
+        if isinstance(resolved, Outcome):
+            return Transition(resolved)
+        order = resolved
+    logged = cmd if order is None or order == cmd.order else replace(cmd, order=order)
+    outcome = _run_submitted(state, logged, fx)
+    assert outcome.ok or state.version == before, "a rejected command changed the state"
+    return Transition(outcome, tuple(fx), (logged,) if state.version != before else ())
+
+
 def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
     existing = state.runs.get(cmd.run_id)
     if existing is not None:
@@ -104,6 +123,13 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
     if list(cmd.manifest) != sorted(dict(cmd.manifest).items()) or len(dict(cmd.manifest)) != len(cmd.manifest):
         return rejected(Rejection.SPEC_INVALID, "the environment manifest is not sorted by key or repeats a key")
     spec = cmd.spec
+    order = cmd.order or ()
+    problem = order_problem(order, spec.group_count)
+    if problem:
+        return rejected(Rejection.SPEC_INVALID, problem)
+    rank = [0] * len(order)
+    for position, index in enumerate(order):
+        rank[index] = position
     groups: list[GroupState] = []
     cells: dict = {}
     group_by_id: dict = {}
@@ -118,13 +144,15 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
         run_id=cmd.run_id, spec=spec, policy=cmd.policy, submitted_ms=cmd.now_ms,
         group_deadline_ms=group_deadline_for(spec, cmd.policy),
         groups=groups, cells=cells, group_by_id=group_by_id,
-        ready=list(range(len(groups))),  # ascending, hence already a heap
+        ready=list(range(len(groups))),  # every rank (or index) once, ascending: a heap
         peak_slots_offered=state.slots_active,
         manifest=dict(cmd.manifest), worker_keys=cmd.worker_keys,
+        order=tuple(order), rank=tuple(rank),
     )
     state.version += 1
+    ordered = f", ordered from {cmd.policy.order_from}" if order else ""
     fx.append(Emit("run_submitted", cmd.run_id, cmd.run_id,
-                   f"{spec.group_count} groups, {spec.cell_count} cells, {len(cmd.manifest)} reference keys"))
+                   f"{spec.group_count} groups, {spec.cell_count} cells, {len(cmd.manifest)} reference keys{ordered}"))
     run = state.runs[cmd.run_id]
     for worker in state.workers.values():
         if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED):
@@ -178,6 +206,7 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
     state.soft.contact_ms[worker.worker_id] = cmd.now_ms
     worker.left_ms = 0
+    state.soft.stream_ended_ms.pop(worker.worker_id, None)  # back (within the grace or not)
     state.version += 1
     for run in state.runs.values():
         if run.settled:
@@ -497,7 +526,7 @@ def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcom
         run.settled_groups -= 1
         group.status = GroupStatus.WAITING
         group.eligible_ms = cmd.now_ms
-        heapq.heappush(run.ready, group.index)
+        heapq.heappush(run.ready, run.ready_key(group.index))
     fx.append(Emit("cell_retry_granted", run.run_id, cell.cell_id))
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
@@ -529,6 +558,7 @@ def _worker_gone(state: State, cmd: c.WorkerGone, fx: Fx) -> Outcome:
         _release(state, state.assignments[aid], cmd.now_ms, "worker gone", fx)
     _set_status(state, worker, WorkerStatus.GONE)
     worker.left_ms = cmd.now_ms
+    state.soft.stream_ended_ms.pop(worker.worker_id, None)
     state.version += 1
     fx.append(Emit("worker_gone", None, worker.worker_id))
     _fill(state, cmd.now_ms, fx)
@@ -585,8 +615,29 @@ def _worker_expired(state: State, cmd: c.WorkerExpired, fx: Fx) -> Outcome:
         fx.append(RevokeAssignment(worker.worker_id, aid, "worker expired"))
     _set_status(state, worker, WorkerStatus.EXPIRED)
     worker.left_ms = cmd.now_ms
+    state.soft.stream_ended_ms.pop(worker.worker_id, None)
     state.version += 1
     fx.append(Emit("worker_expired", None, worker.worker_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _worker_lost(state: State, cmd: c.WorkerLost, fx: Fx) -> Outcome:
+    """Expiry, sooner: the stream ended and the worker did not come back within the grace."""
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return _unknown_worker(cmd.worker_id)
+    if worker.status != WorkerStatus.SUSPECTED:
+        return DUPLICATE
+    reason = "worker lost: its stream ended and it did not come back"
+    for aid in list(worker.assignments):
+        _release(state, state.assignments[aid], cmd.now_ms, reason, fx)
+        fx.append(RevokeAssignment(worker.worker_id, aid, reason))
+    _set_status(state, worker, WorkerStatus.EXPIRED)
+    worker.left_ms = cmd.now_ms
+    state.soft.stream_ended_ms.pop(worker.worker_id, None)
+    state.version += 1
+    fx.append(Emit("worker_lost", None, worker.worker_id, "stream ended, not back within the grace"))
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
 
@@ -623,6 +674,10 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
     if worker.status in (WorkerStatus.EXPIRED, WorkerStatus.GONE, WorkerStatus.RECONCILING):
         return Transition(rejected(Rejection.WORKER_NOT_ACTIVE,
                                    f"worker {cmd.worker_id} is {worker.status.name.lower()}: register again"))
+    if worker.worker_id in state.soft.stream_ended_ms:
+        # Only a new hello ends the grace: a heartbeat now was read from the ended stream
+        # before it ended (heartbeats reach the core coalesced, a little late).
+        return Transition(ACCEPTED)
     state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
     state.soft.contact_ms[worker.worker_id] = cmd.now_ms
     fx: Fx = []
@@ -655,6 +710,23 @@ def _disconnected(state: State, cmd: c.WorkerDisconnected) -> Transition:
     return _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(cmd.now_ms, worker.worker_id))
 
 
+def _stream_ended(state: State, cmd: c.WorkerStreamEnded) -> Transition:
+    """The worker's side ended its stream. If the worker was live until then (heard from
+    within the suspicion threshold and within the transport's keepalive timeout, so this is
+    not the transport noticing a silence), the grace starts: no new work meanwhile, and its
+    groups go back when the grace ends unless it says hello again. Otherwise: as silence."""
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return Transition(_unknown_worker(cmd.worker_id))
+    if worker.status != WorkerStatus.ACTIVE:
+        return Transition(ACCEPTED)
+    timing = _timing(state)
+    silent_ms = cmd.now_ms - state.soft.last_heard_ms.get(worker.worker_id, worker.registered_ms)
+    if timing.stream_end_grace_ms > 0 and silent_ms < min(timing.suspect_after_ms, limits.KEEPALIVE_TIMEOUT_MS):
+        state.soft.stream_ended_ms[worker.worker_id] = cmd.now_ms
+    return _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(cmd.now_ms, worker.worker_id))
+
+
 def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
     now = cmd.now_ms
     timing = _timing(state)
@@ -666,6 +738,12 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
         silent_ms = now - last
         if worker.status == WorkerStatus.ACTIVE and silent_ms >= timing.suspect_after_ms:
             t = _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(now, worker.worker_id))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+        ended = state.soft.stream_ended_ms.get(worker.worker_id)
+        if (ended is not None and worker.status == WorkerStatus.SUSPECTED
+                and now - ended >= timing.stream_end_grace_ms and not expiry_frozen):
+            t = _HANDLERS[c.WorkerLost](state, c.WorkerLost(now, worker.worker_id))
             fx.extend(t.effects)
             durable.extend(t.durable)
         if (worker.status in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING)
@@ -773,7 +851,7 @@ def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx
     failed = max(len(cell.attempts) for cell in pending)
     group.eligible_ms = now + run.policy.backoff_ms(failed)
     if group.eligible_ms <= now:
-        heapq.heappush(run.ready, group.index)
+        heapq.heappush(run.ready, run.ready_key(group.index))
     else:
         heapq.heappush(run.backoff, (group.eligible_ms, group.index))
 
@@ -786,14 +864,14 @@ def _fill(state: State, now: int, fx: Fx) -> None:
         if run.settled or run.paused or run.blocked_reason:
             continue
         while run.backoff and run.backoff[0][0] <= now:
-            heapq.heappush(run.ready, heapq.heappop(run.backoff)[1])
+            heapq.heappush(run.ready, run.ready_key(heapq.heappop(run.backoff)[1]))
             state.version += 1
         cap = run.spec.max_concurrent_groups
         while run.ready and run.active < cap:
             worker = _pick_worker(state, run)
             if worker is None:
                 break
-            _dispatch(state, run, run.groups[heapq.heappop(run.ready)], worker, now, fx)
+            _dispatch(state, run, run.groups[run.ready_group(heapq.heappop(run.ready))], worker, now, fx)
         if not state.free_workers:
             return
 
@@ -863,7 +941,7 @@ def push_for(state: State, assignment_id: AssignmentId) -> PushAssignment:
 
 
 _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
-    c.RunSubmitted: _durable(_run_submitted),
+    c.RunSubmitted: _run_submitted_step,
     c.WorkerRegistered: _durable(_worker_registered),
     c.CellReported: _durable(_cell_reported),
     c.ArtifactStored: _durable(_artifact_stored),
@@ -881,6 +959,8 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.TimeAdvanced: _durable(_time_advanced),
     c.RunEnvironmentMeasured: _durable(_run_environment_measured),
     c.RunPinReleased: _durable(_run_pin_released),
+    c.WorkerLost: _durable(_worker_lost),
+    c.WorkerStreamEnded: _stream_ended,
     c.HeartbeatReceived: _heartbeat,
     c.WorkerDisconnected: _disconnected,
     c.ClockTicked: _clock_ticked,

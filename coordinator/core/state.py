@@ -172,6 +172,17 @@ class RunState:
     pinned_by: WorkerId = WorkerId("")
     pinned_ms: int = 0
     selected_cells: int = 0
+    # Dispatch order, frozen at submit (coordinator/core/order.py): group indexes, first
+    # dispatched first; empty means spec order. `ready` then holds each waiting group's rank
+    # (its position in `order`) instead of its index, so the heap pops the next in order.
+    order: tuple[int, ...] = ()
+    rank: tuple[int, ...] = ()  # rank[index]: the inverse of `order`
+
+    def ready_key(self, index: int) -> int:
+        return self.rank[index] if self.order else index
+
+    def ready_group(self, key: int) -> int:
+        return self.order[key] if self.order else key
 
     @property
     def settled(self) -> bool:
@@ -187,6 +198,9 @@ class Soft:
 
     last_heard_ms: dict[WorkerId, int] = field(default_factory=dict)  # liveness (recovery shifts it)
     contact_ms: dict[WorkerId, int] = field(default_factory=dict)  # the last frame really heard
+    # Workers whose stream their side ended while they were live: when it ended. A new hello
+    # clears it; `stream_end_grace_ms` after it, the worker is lost (a logged decision).
+    stream_ended_ms: dict[WorkerId, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -228,6 +242,8 @@ def durable_view(state: State) -> dict:
             "groups": [[g.status, g.generation, g.assignment, g.eligible_ms] for g in run.groups],
             "cells": {c.cell_id: [c.attempts, c.selected, c.grants] for c in run.cells.values()},
             "ready": sorted(run.ready),
+            # Only when set, so that the fingerprints of runs in spec order stay what they were.
+            **({"order": list(run.order)} if run.order else {}),
             "backoff": sorted(run.backoff),
             "flags": [run.paused, run.blocked_reason, run.active, run.settled_groups, run.dispatches,
                       run.peak_active, run.peak_slots_offered, run.late_reports, run.recovered_ms],

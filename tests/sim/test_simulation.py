@@ -113,3 +113,66 @@ def test_status_counts_agree_with_the_summary_after_every_durable_command(monkey
     for seed in range(6):
         simulate.run_seed(seed, False)
     assert checked > 1000
+
+
+# --- dispatch order from history -------------------------------------------------------------
+
+ORDER_SEEDS = os.environ.get("FLEET_SIM_ORDER_SEEDS", "0-59")
+
+
+def _order_check(seeds: range) -> tuple[int, str, int]:
+    reordered = 0
+    for seed in seeds:
+        try:
+            reordered += simulate.run_order_check(seed)["reordered"]
+        except simulate.SimFailure as e:
+            return seed, str(e), reordered
+    return -1, "", reordered
+
+
+def test_an_ordered_run_selects_exactly_what_the_unordered_run_selected() -> None:
+    """Per seed: a run, then the same spec ordered from it on the same coordinator and fleet.
+    Every cell's dispatches, selected attempt, status and score, and the accounting, agree."""
+    seeds = simulate.parse_range(ORDER_SEEDS)
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_order_check, [seeds[0::2], seeds[1::2]]))
+    for seed, failure, _ in results:
+        assert seed < 0, f"{failure}\nreplay: python -m tools.simulate --seed {seed} --order-check"
+    assert sum(r[2] for r in results) == len(seeds), "every second run dispatched in another order"
+
+
+def test_the_order_check_catches_an_order_that_changes_a_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = machine._pending_cells
+
+    def pending(run, group):  # noqa: ANN001
+        cells = original(run, group)
+        # A broken ordered dispatch: no retries, whatever the policy allows.
+        return [c for c in cells if not run.order or not c.attempts]
+    monkeypatch.setattr(machine, "_pending_cells", pending)
+    caught = 0
+    for seed in range(12):
+        try:
+            simulate.run_order_check(seed)
+        except simulate.SimFailure:
+            caught += 1
+    assert caught > 0
+
+
+# --- stream end against silence --------------------------------------------------------------
+
+def test_the_simulation_tells_a_stream_end_from_silence() -> None:
+    """Crashes and resets end streams (the grace decides: some workers come back in time,
+    some are lost); partitions are silence (expiry decides). All of it across seeds."""
+    counts = {"WorkerLost": 0, "WorkerExpired": 0}
+    came_back = 0
+    for seed in range(40):
+        sim = simulate.Simulation(seed, check=True)
+        sim.run()
+        for cmd in sim.log:
+            name = type(cmd).__name__
+            if name in counts:
+                counts[name] += 1
+        came_back += sum(1 for line in sim.trace if "stream reset" in line)
+    assert counts["WorkerLost"] > 0, "no worker was ever lost at the end of a grace"
+    assert counts["WorkerExpired"] > 0, "no silent worker ever expired"
+    assert came_back > 0, "no worker ever came back within the grace"

@@ -4,6 +4,8 @@ the derived durable commands and the state that follows (the harness also checks
 invariants after every step, and most cases check that the durable log replays)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from common.evidence import Execution, Usage, Verification
@@ -177,6 +179,15 @@ def _case_run_pin_released():
     assert k.run.pinned_by == "w2"
     k.apply(c.WorkerGone(k.now, WorkerId("w2")))
     return k, c.RunPinReleased(k.now, k.run_id, WorkerId("w2")), OutcomeKind.ACCEPTED
+def _case_stream_ended():
+    k = _one_run_one_worker()
+    return k, c.WorkerStreamEnded(10, WorkerId("w1")), OutcomeKind.ACCEPTED
+
+
+def _case_worker_lost():
+    k = _one_run_one_worker()
+    k.apply(c.WorkerStreamEnded(10, WorkerId("w1")))
+    return k, c.WorkerLost(20, WorkerId("w1")), OutcomeKind.ACCEPTED
 
 
 ONE_OF_EACH = {
@@ -201,6 +212,8 @@ ONE_OF_EACH = {
     c.WorkerResumed: _case_worker_resumed,
     c.WorkerExpired: _case_worker_expired,
     c.TimeAdvanced: _case_time_advanced,
+    c.WorkerStreamEnded: _case_stream_ended,
+    c.WorkerLost: _case_worker_lost,
 }
 
 
@@ -216,6 +229,8 @@ def test_every_command_class_has_an_accepted_path(cls):
     assert t.outcome.kind == kind, t.outcome
     if cls in c.SOFT_COMMANDS:
         assert command not in t.durable, "a soft command is never logged itself"
+    elif cls is c.RunSubmitted:
+        assert t.durable == (replace(command, order=()),), "logged with its order resolved (spec order)"
     elif t.durable:
         assert t.durable == (command,), "a durable command is logged as itself"
     k.assert_replays()

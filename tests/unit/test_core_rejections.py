@@ -21,6 +21,9 @@ from common.rejections import Rejection
 from coordinator.core import commands as c
 from coordinator.core.state import WorkerStatus
 from coordinator.core import machine
+from coordinator.core import order
+from common.ids import run_id_for
+from common.spec import parse_spec
 from coordinator.core.effects import OutcomeKind
 from coordinator.core.state import durable_fingerprint
 from tests.unit.core_helpers import (
@@ -36,6 +39,7 @@ from tests.unit.core_helpers import (
     make_report,
     make_spec,
     pushes,
+    spec_doc,
 )
 
 NO_RUN = RunId("run-0000000000000000")
@@ -169,6 +173,26 @@ def _spec_conflict(other_spec: bool):
         spec = make_spec(tasks=5) if other_spec else k.spec
         policy = k.policy if other_spec else make_policy(retry_backoff_ms=7, retry_backoff_max_ms=7)
         return k, c.RunSubmitted(k.now, k.run_id, spec, policy)
+    return build
+
+
+def _ordered_from(earlier: str, *, settle: bool = True, name: str = "toy", version: str = "1",
+                  order: tuple | None = None):
+    """A second run whose policy names `earlier` ("first": the harness's run, settled unless
+    told otherwise) as the run to order its dispatch from."""
+    def build():
+        k = Core(make_spec(tasks=2, subjects=1))
+        [p1] = pushes(k.register("w1"))
+        if settle:
+            k.report_all(p1.assignment_id)
+            [p2] = k.held("w1")
+            k.report_all(p2)
+        doc = spec_doc(tasks=2, subjects=1, name=name)
+        doc["benchmark"]["version"] = version
+        spec = parse_spec(doc)
+        policy = make_policy(order_from=k.run_id if earlier == "first" else earlier)
+        return k, c.RunSubmitted(k.now, run_id_for(spec.canonical, policy.canonical()), spec, policy,
+                                k.manifest, k.worker_keys, order=order)
     return build
 
 
@@ -385,6 +409,13 @@ CASES: list[Case] = [
     # runs
     Case("same run id, other spec", Rejection.SPEC_CONFLICT, _spec_conflict(other_spec=True)),
     Case("same run id, other policy", Rejection.SPEC_CONFLICT, _spec_conflict(other_spec=False)),
+    Case("order from an unknown run", Rejection.UNKNOWN_RUN, _ordered_from(NO_RUN)),
+    Case("order from a run in progress", Rejection.ORDER_RUN_IN_PROGRESS, _ordered_from("first", settle=False)),
+    Case("order from another benchmark", Rejection.ORDER_RUN_OTHER_BENCHMARK, _ordered_from("first", name="other")),
+    Case("order from another benchmark version", Rejection.ORDER_RUN_OTHER_BENCHMARK,
+         _ordered_from("first", version="2")),
+    Case("a logged order that is not a permutation", Rejection.SPEC_INVALID,
+         _ordered_from("first", order=(0, 0))),
     Case("repair with another reason", Rejection.REPAIR_REASON_MISMATCH,
          lambda: (lambda k: (k, c.RunRepaired(k.now, k.run_id, ENV_FAILURE + "!")))(_blocked())),
     Case("recover a run that is not paused", Rejection.RUN_NOT_PAUSED,
@@ -431,7 +462,7 @@ def test_ids_are_unique():
 
 
 def test_the_table_covers_every_rejection_the_core_returns():
-    source = Path(machine.__file__).read_text()
+    source = Path(machine.__file__).read_text() + Path(order.__file__).read_text()
     returned = set(re.findall(r"rejected\(\s*Rejection\.([A-Z_]+)", source))
     assert returned, "the pattern no longer finds the core's rejections"
     covered = {case.reason.name for case in CASES}

@@ -121,6 +121,8 @@ def policies(draw: st.DrawFn) -> Policy:
         "groupCpuMillis": draw(st.integers(0, 1 << 30)),
         "groupMemoryMb": draw(st.integers(0, 1 << 30)),
         "groupDeadlineMs": draw(st.integers(0, 30 * 24 * 3600_000)),
+        "orderFrom": draw(texts.filter(lambda t: len(t) <= 200)),
+        "streamEndGraceMs": draw(st.integers(0, 7 * 24 * 3600_000)),
     }
     # A policy document may leave any field at its default.
     keep = draw(st.lists(st.sampled_from(sorted(document)), unique=True))
@@ -141,7 +143,8 @@ manifests = st.dictionaries(texts, texts, max_size=4).map(lambda d: tuple(sorted
 
 STRATEGIES: dict[type, st.SearchStrategy] = {
     c.RunSubmitted: st.builds(c.RunSubmitted, now_ms=now_ms, run_id=texts, spec=specs(), policy=policies(),
-                              manifest=manifests, worker_keys=id_tuples),
+                              manifest=manifests, worker_keys=id_tuples,
+                              order=st.lists(st.integers(0, INT64_MAX), max_size=6).map(tuple)),
     c.WorkerRegistered: st.builds(
         c.WorkerRegistered, now_ms=now_ms, worker_id=texts, incarnation=int64s, slots=int64s,
         environment_id=texts, cpu_millis=int64s, memory_mb=int64s, owned=id_tuples, buffered=id_tuples,
@@ -167,6 +170,7 @@ STRATEGIES: dict[type, st.SearchStrategy] = {
     c.WorkerResumed: _worker_only(c.WorkerResumed),
     c.WorkerExpired: _worker_only(c.WorkerExpired),
     c.TimeAdvanced: st.builds(c.TimeAdvanced, now_ms=now_ms),
+    c.WorkerLost: _worker_only(c.WorkerLost),
 }
 DURABLE = durable_command_classes()
 indexes = st.integers(0, UINT64_MAX)
@@ -225,9 +229,23 @@ def test_spec_and_policy_travel_as_canonical_text():
         "execution": {"maxConcurrentTaskGroups": 1},
     })
     policy = Policy()
-    record = log_pb2.LogRecord.FromString(encode_record(1, c.RunSubmitted(0, "run-x", spec, policy)))
+    record = log_pb2.LogRecord.FromString(encode_record(1, c.RunSubmitted(0, "run-x", spec, policy, order=())))
     assert record.run_submitted.spec == spec.canonical
     assert record.run_submitted.policy == policy.canonical()
+
+
+def test_the_dispatch_order_is_logged_resolved_and_never_unresolved():
+    spec = parse_spec({
+        "benchmark": {"name": "b"}, "executor": {"kind": "command"},
+        "subjects": [{"id": "s", "command": "x"}], "tasks": [{"id": "t"}, {"id": "u"}], "repetitions": 1,
+        "budget": {"timeoutSeconds": 5}, "verifier": {"command": "v"},
+        "execution": {"maxConcurrentTaskGroups": 1},
+    })
+    policy = Policy(order_from="run-earlier")
+    cmd = c.RunSubmitted(0, "run-x", spec, policy, order=(1, 0))
+    assert decode_record(encode_record(1, cmd)) == (1, cmd)
+    with pytest.raises(LogCodecError, match="unresolved dispatch order"):
+        encode_record(1, c.RunSubmitted(0, "run-x", spec, policy))
 
 
 # ---- the schema mirrors the command classes -------------------------------------------------

@@ -49,7 +49,8 @@ def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatus
             retries=n.retries, cells_exhausted=n.exhausted,
             environment_id=manifest_id(run.manifest) if run.manifest else "", reference_keys=len(run.manifest),
             pin_environment_id=manifest_id(dict(run.pin)) if run.pin is not None else "", pinned_by=run.pinned_by,
-            pinned_age_ms=max(0, now_ms - run.pinned_ms) if run.pin is not None else 0))
+            pinned_age_ms=max(0, now_ms - run.pinned_ms) if run.pin is not None else 0,
+            order_from=run.policy.order_from if run.order else ""))
     for wid, w in state.workers.items():
         # What was really heard last: a restart forgets soft state, and then a worker that
         # expired or left says when, one still registered when it registered.

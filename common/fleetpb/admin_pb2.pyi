@@ -63,7 +63,7 @@ class GroupCount(_message.Message):
     def __init__(self, state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class RunStatus(_message.Message):
-    __slots__ = ("run_id", "state", "blocked_reason", "group_counts", "cells_selected", "cells_incomplete", "cells_running", "peak_concurrent_groups", "slots_offered", "max_concurrent_groups", "cells_total", "retries", "cells_exhausted", "environment_id", "reference_keys", "pin_environment_id", "pinned_by", "pinned_age_ms")
+    __slots__ = ("run_id", "state", "blocked_reason", "group_counts", "cells_selected", "cells_incomplete", "cells_running", "peak_concurrent_groups", "slots_offered", "max_concurrent_groups", "cells_total", "retries", "cells_exhausted", "environment_id", "reference_keys", "pin_environment_id", "pinned_by", "pinned_age_ms", "order_from")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class RunStatus(_message.Message):
     PIN_ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
     PINNED_BY_FIELD_NUMBER: _ClassVar[int]
     PINNED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FROM_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     state: RunState
     blocked_reason: str
@@ -100,7 +101,8 @@ class RunStatus(_message.Message):
     pin_environment_id: str
     pinned_by: str
     pinned_age_ms: int
-    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., group_counts: _Optional[_Iterable[_Union[GroupCount, _Mapping]]] = ..., cells_selected: _Optional[int] = ..., cells_incomplete: _Optional[int] = ..., cells_running: _Optional[int] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., max_concurrent_groups: _Optional[int] = ..., cells_total: _Optional[int] = ..., retries: _Optional[int] = ..., cells_exhausted: _Optional[int] = ..., environment_id: _Optional[str] = ..., reference_keys: _Optional[int] = ..., pin_environment_id: _Optional[str] = ..., pinned_by: _Optional[str] = ..., pinned_age_ms: _Optional[int] = ...) -> None: ...
+    order_from: str
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., group_counts: _Optional[_Iterable[_Union[GroupCount, _Mapping]]] = ..., cells_selected: _Optional[int] = ..., cells_incomplete: _Optional[int] = ..., cells_running: _Optional[int] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., max_concurrent_groups: _Optional[int] = ..., cells_total: _Optional[int] = ..., retries: _Optional[int] = ..., cells_exhausted: _Optional[int] = ..., environment_id: _Optional[str] = ..., reference_keys: _Optional[int] = ..., pin_environment_id: _Optional[str] = ..., pinned_by: _Optional[str] = ..., pinned_age_ms: _Optional[int] = ..., order_from: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id", "refused_run_id", "refused_reason", "refused_differences", "refused_age_ms", "serves_runs")

@@ -687,6 +687,14 @@ ul.reasons { list-style: none; padding: 0; display: flex; gap: 14px; flex-wrap: 
 """
 
 
+def _order_fact(run: dict) -> str:
+    """Which order the run's groups were dispatched in (policy `orderFrom`)."""
+    source = run.get("order_from") or ""
+    text = (f"longest first, by the group durations observed in run {esc(source)}" if source
+            else "spec order")
+    return f'<dt>dispatch order</dt><dd id="dispatch-order" data-order-from="{esc(source)}">{text}</dd>'
+
+
 def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
     """The whole page; pure (see the module rules)."""
     cells = results["cells"]
@@ -730,6 +738,7 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
              f'peak {summary.get("peak_concurrent_groups", 0)} groups at once'
              + (f' (cap {run.get("max_concurrent_groups")})' if run.get("max_concurrent_groups") else "")
              + f', {summary.get("slots_offered", 0)} slots offered</dd>'
+             + _order_fact(run)
              + (f'<dt>extra evidence</dt><dd id="extra-attempts" data-retried="{extra["retried"]}" '
                 f'data-late="{extra["late"]}" data-lost="{extra["lost"]}">{extra["retried"]} retried, '
                 f'{extra["late"]} late, {extra["lost"]} lost attempts (not selected)</dd>'

@@ -12,7 +12,9 @@ and `fleet-worker` processes on 127.0.0.1 with the default policy; per repeat:
   ordered   the same spec, `orderFrom` the plain run: longest groups first;
   killed    the spec in spec order, and at 50% of cells selected the process group of the
             busiest worker (the most pending work) is killed with -9 and not restarted;
-  killed+ordered  the same, ordered from the plain run.
+  killed+ordered  the same, ordered from the plain run;
+  killed+ordered, grace 0.5 s  the same with `streamEndGraceMs` 500 (default 3,000): the price
+            of waiting for a supervised restart, against not waiting for one.
 
 Dask distributed (when importable): a scheduler and 3 `dask worker` processes x 2 threads, one
 task per group sleeping its duration, submitted in spec order; plain and killed the same way
@@ -51,6 +53,8 @@ SUBJECTS = 2
 POLL_S = 0.02
 RUN_TIMEOUT_S = 120
 KILL_AT = 0.5
+SHORT_GRACE_MS = 500
+SHORT_GRACE = "killed+ordered, grace 0.5 s"
 
 
 def durations(seed: int) -> list[float]:
@@ -157,7 +161,8 @@ def bench_fleet(root: Path, ds: list[float], repeats: int) -> dict:
     coord = Coordinator(root / "fleet")
     workers = {f"w{i + 1}": Worker(root / "fleet", coord, f"w{i + 1}") for i in range(WORKERS)}
     spare = WORKERS
-    runs: dict[str, list[dict]] = {"plain": [], "ordered": [], "killed": [], "killed+ordered": []}
+    runs: dict[str, list[dict]] = {"plain": [], "ordered": [], "killed": [], "killed+ordered": [],
+                                   SHORT_GRACE: []}
     cpu = {"coordinator": 0.0, "workers": 0.0, "cells": 0}
     try:
         coord.wait_workers(WORKERS, START_TIMEOUT_S)
@@ -169,8 +174,10 @@ def bench_fleet(root: Path, ds: list[float], repeats: int) -> dict:
                     workers[wid] = Worker(root / "fleet", coord, wid)
                     wait_active(coord, list(workers))
                 policy: dict[str, Any] = {}
-                if kind in ("ordered", "killed+ordered"):
+                if kind in ("ordered", "killed+ordered", SHORT_GRACE):
                     policy["orderFrom"] = runs["plain"][rep]["run_id"]
+                if kind == SHORT_GRACE:
+                    policy["streamEndGraceMs"] = SHORT_GRACE_MS
                 c0 = cpu_seconds(coord.pid)
                 w0 = {w: cpu_seconds(p.popen.pid) for w, p in workers.items()}
                 r = fleet_run(coord, workers, ds, f"{kind} {rep}", policy, kill=kind.startswith("killed"))
@@ -179,7 +186,7 @@ def bench_fleet(root: Path, ds: list[float], repeats: int) -> dict:
                 cpu["cells"] += GROUPS * SUBJECTS
                 r["ratio"] = r["makespan_s"] / lower_bound(ds)
                 runs[kind].append(r)
-                say(f"  fleet {kind:15s} rep {rep + 1}: makespan {r['makespan_s']:.2f} s = {r['ratio']:.3f} x bound"
+                say(f"  fleet {kind:28s} rep {rep + 1}: makespan {r['makespan_s']:.2f} s = {r['ratio']:.3f} x bound"
                     + (f", killed {r['killed']} at {r['killed_at_s']} s" if "killed" in r else "")
                     + f"; lost {r['lost']}, duplicated {r['duplicated']}, attempts {r['attempts']}"
                     + (f"; order from {r['order_from']}" if r["order_from"] else ""))
@@ -275,7 +282,7 @@ def bench_dask(root: Path, ds: list[float], repeats: int) -> dict | None:
                     if killed:
                         r.update(killed=killed, killed_at_s=round(killed_at, 2))
                     runs[kind].append(r)
-                    say(f"  dask  {kind:15s} rep {rep + 1}: makespan {makespan:.2f} s = {r['ratio']:.3f} x bound"
+                    say(f"  dask  {kind:28s} rep {rep + 1}: makespan {makespan:.2f} s = {r['ratio']:.3f} x bound"
                         + (f", killed {killed} at {r['killed_at_s']} s" if killed else "")
                         + f"; lost {lost}, duplicated {duplicated}")
                     del futures, done, not_done
@@ -320,7 +327,9 @@ def ideal(ds: list[float], order: list[int]) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench_order", description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=11)
+    # 1580 draws the workload closest to the issue's figures: lower bound 4.57 s (the issue:
+    # 4.56), ideal list scheduling 1.153 in spec order (1.148) and 1.002 longest first (1.003).
+    ap.add_argument("--seed", type=int, default=1580)
     ap.add_argument("--no-dask", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -347,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             ratios = [r["ratio"] for r in rs]
             fig[f"{system}_{kind}"] = statistics.median(ratios)
             lost, dup = sum(r["lost"] for r in rs), sum(r["duplicated"] for r in rs)
-            say(f"  {system:5s} {kind:15s} {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}); "
+            say(f"  {system:5s} {kind:28s} {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}); "
                 f"lost {lost}, duplicated {dup}")
     c = fleet["cpu_s_per_1000_cells"]
     say(f"  fleet CPU seconds per 1,000 cells: coordinator {c['coordinator']:.2f}, workers {c['workers']:.2f} "

@@ -21,8 +21,28 @@ class SubmissionError(Exception):
     pass
 
 
-def submit_request(spec_text: str, policy_text: str, bench_root: Path, *, allow_missing: bool = False
-                   ) -> admin_pb2.SubmitRunRequest:
+def with_order_from(policy_text: str, order_from: str) -> str:
+    """The policy text with `orderFrom` set (`--order-from RUN`): the run whose observed group
+    durations order this one's dispatch, longest first. A policy that already names another
+    run is refused rather than silently overridden."""
+    if not order_from:
+        return policy_text
+    try:
+        policy = json.loads(policy_text or "{}")
+    except ValueError as e:
+        raise SubmissionError(f"the policy is not JSON: {e}") from None
+    if not isinstance(policy, dict):
+        raise SubmissionError("the policy is not a JSON object")
+    named = policy.get("orderFrom")
+    if named and named != order_from:
+        raise SubmissionError(f"--order-from {order_from} contradicts the policy's orderFrom {named}")
+    policy["orderFrom"] = order_from
+    return json.dumps(policy, sort_keys=True)
+
+
+def submit_request(spec_text: str, policy_text: str, bench_root: Path, *, allow_missing: bool = False,
+                   order_from: str = "") -> admin_pb2.SubmitRunRequest:
+    policy_text = with_order_from(policy_text, order_from)
     try:
         document = json.loads(spec_text)
     except ValueError as e:

@@ -385,3 +385,16 @@ def test_fleetctl_report_draws_an_attempts_file_and_refuses_a_bad_one(tmp_path: 
     attempts.write_text("{}")
     with pytest.raises(client.CtlError, match="list of attempts"):
         report_command.run(FakeAdmin(proto_results(), status), args)
+
+
+# ---- dispatch order -------------------------------------------------------------------------
+
+def test_the_page_says_which_order_the_run_used() -> None:
+    ordered = status_of(w1=1)
+    ordered["runs"][0]["order_from"] = "run-earlier"
+    page = render([cell("t0", "a")], ordered)
+    assert page.by_id["dispatch-order"]["data-order-from"] == "run-earlier"
+    assert "longest first" in page.text_by_id["dispatch-order"] and "run-earlier" in page.text_by_id["dispatch-order"]
+    plain = render([cell("t0", "a")], status_of(w1=1))
+    assert plain.by_id["dispatch-order"]["data-order-from"] == ""
+    assert plain.text_by_id["dispatch-order"] == "spec order"

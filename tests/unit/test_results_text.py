@@ -38,7 +38,9 @@ def run_results(monkeypatch, tmp_path: Path, capsys):
                 pass
 
             def call(self, name, request, timeout=None):
-                assert name == "GetResults" and request.run_id == "run-x"
+                assert name in ("GetResults", "GetStatus") and request.run_id == "run-x"
+                if name == "GetStatus":  # results also say which dispatch order the run used
+                    return admin_pb2.GetStatusResponse(runs=[admin_pb2.RunStatus(run_id="run-x")])
                 return resp
 
             def close(self) -> None:

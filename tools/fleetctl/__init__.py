@@ -1,12 +1,13 @@
 """`fleetctl`: the operator's command line over the coordinator's Admin API.
 
     fleetctl --coordinator HOST:PORT --token-file FILE submit SPEC.json [--policy P.json] [--bench-root DIR]
+             [--order-from RUN]
     fleetctl ... status [RUN] [--json] [--workers] | results RUN [--json | --csv | --jsonl] [--ci t|bootstrap]
     fleetctl ... watch [RUN]
     fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
     fleetctl ... artifact get DIGEST [-o FILE] | backup DEST
     fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)
-    fleetctl local SPEC.json --workers N [--slots S] [--html FILE]   (a whole fleet on this machine)
+    fleetctl local SPEC.json --workers N [--slots S] [--html FILE] [--order-from RUN]   (a whole fleet here)
 
 Errors are one clear line on stderr and a non-zero exit (2 for usage, 1 for a refusal).
 

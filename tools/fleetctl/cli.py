@@ -15,6 +15,10 @@ COMMANDS = {"submit": submit, "status": status, "results": results, "watch": wat
             "artifact": artifact, "backup": backup, **{name: actions for name in actions.NAMES}}
 
 
+ORDER_FROM_HELP = ("dispatch the groups longest first, by the durations observed in RUN (an earlier, settled "
+                   "run of the same benchmark on this coordinator); sets the policy's orderFrom")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fleetctl", description="Operate a fleet coordinator.")
     ap.add_argument("--coordinator", default="127.0.0.1:7443", help="HOST:PORT of the coordinator")
@@ -29,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id")
     p.add_argument("--bench-root", type=Path,
                    help="the benchmark's folder to measure the run's files from (default: the spec's folder)")
+    p.add_argument("--order-from", metavar="RUN", help=ORDER_FROM_HELP)
     p = sub.add_parser("status", help="runs, workers, dead letters")
     p.add_argument("run", nargs="?")
     p.add_argument("--json", action="store_true")
@@ -52,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench-root", type=Path, help="default: the spec's directory")
     p.add_argument("--policy", type=Path, help="default: policy.json beside the spec, if any")
     p.add_argument("--html", type=Path, help="when the run ends, write its HTML report (as fleetctl report) here")
+    p.add_argument("--order-from", metavar="RUN", help=ORDER_FROM_HELP)
     for name in ("pause", "recover"):
         sub.add_parser(name).add_argument("run")
     p = sub.add_parser("repair", help="unblock a run after fixing its environment failure")

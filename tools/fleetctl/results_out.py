@@ -78,7 +78,7 @@ class _Listing:
                 "subjects": [s.as_dict() for s in self.stats.subjects()], "summary": self.summary}
 
 
-def write_json(pages: Iterable[Any], out: IO[str], ci: str = "t") -> None:
+def write_json(pages: Iterable[Any], out: IO[str], ci: str = "t", extra: dict | None = None) -> None:
     listing, first = _Listing(pages, ci), True
     out.write('{\n "cells": [')
     for cell in listing.cells():
@@ -86,15 +86,15 @@ def write_json(pages: Iterable[Any], out: IO[str], ci: str = "t") -> None:
         out.write(("\n  " if first else ",\n  ") + text)
         first = False
     out.write("]" if first else "\n ]")
-    rest = json.dumps(listing.tail(), indent=1, sort_keys=True)
+    rest = json.dumps(dict(listing.tail(), **(extra or {})), indent=1, sort_keys=True)
     out.write(",\n" + rest[2:] + "\n")
 
 
-def write_jsonl(pages: Iterable[Any], out: IO[str], ci: str = "t") -> None:
+def write_jsonl(pages: Iterable[Any], out: IO[str], ci: str = "t", extra: dict | None = None) -> None:
     listing = _Listing(pages, ci)
     for cell in listing.cells():
         out.write(json.dumps(cell, sort_keys=True) + "\n")
-    out.write(json.dumps(listing.tail(), sort_keys=True) + "\n")
+    out.write(json.dumps(dict(listing.tail(), **(extra or {})), sort_keys=True) + "\n")
 
 
 def write_csv(pages: Iterable[Any], out: IO[str], ci: str = "t") -> None:

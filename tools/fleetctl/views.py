@@ -55,7 +55,7 @@ def status_json(resp: Any) -> dict:
                   "cells_exhausted": r.cells_exhausted, "retries": r.retries,
                   "groups": {g.state: g.count for g in r.group_counts},
                   "peak_concurrent_groups": r.peak_concurrent_groups, "slots_offered": r.slots_offered,
-                  "max_concurrent_groups": r.max_concurrent_groups,
+                  "max_concurrent_groups": r.max_concurrent_groups, "order_from": r.order_from or None,
                   "environment": {"reference_id": r.environment_id or None, "reference_keys": r.reference_keys,
                                   "pin_id": r.pin_environment_id or None, "pinned_by": r.pinned_by or None,
                                   "pinned_age_ms": r.pinned_age_ms if r.pin_environment_id else None}}
@@ -131,6 +131,20 @@ def print_workers_summary(workers: list[dict]) -> None:
             print(refusal_lines(w["worker_id"], w["refusal"]))
 
 
+def order_text(order_from: str | None) -> str:
+    """Which order a run's groups were dispatched in (the policy's `orderFrom`)."""
+    if order_from:
+        return f"longest first, by the group durations observed in run {order_from}"
+    return "spec order"
+
+
+def dispatch_order(status: dict, run_id: str) -> dict:
+    """The `dispatch_order` entry of `fleetctl results --json`, from `status_json`."""
+    run = next((r for r in status["runs"] if r["run_id"] == run_id), None)
+    source = run.get("order_from") if run else None
+    return {"kind": "longest_first" if source else "spec", "from_run": source, "text": order_text(source)}
+
+
 def print_status(data: dict, list_workers: bool = False) -> None:
     for r in data["runs"]:
         g = r["groups"]
@@ -143,6 +157,7 @@ def print_status(data: dict, list_workers: bool = False) -> None:
               f"peak {r['peak_concurrent_groups']} groups at once (cap {r['max_concurrent_groups']}, "
               f"{r['slots_offered']} slots offered)")
         print("  " + environment_line(r["environment"]))
+        print("  dispatch order: " + order_text(r["order_from"]))
     if len(data["workers"]) > WORKERS_LISTED_MAX and not list_workers:
         print_workers_summary(data["workers"])
     elif data["workers"]:

@@ -24,7 +24,7 @@ from tools.fleetctl.client import Admin, CtlError
 from tools.fleetctl.compat import local_args
 from tools.fleetctl.report_page import page_from_admin, write_page
 from tools.fleetctl.submission import SubmissionError, submit_request
-from tools.fleetctl.views import print_results, results_json, status_json
+from tools.fleetctl.views import dispatch_order, print_results, results_json, status_json
 
 POLL_S = 0.5
 PLAIN_EVERY_S = 2.0
@@ -138,7 +138,8 @@ class Progress:
 
 
 def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, bench_root: Path | None,
-              policy_path: Path | None, *, printer: Any = None, html: Path | None = None) -> int:
+              policy_path: Path | None, *, printer: Any = None, html: Path | None = None,
+              order_from: str = "") -> int:
     spec_path = spec_path.resolve()
     try:
         spec_text = spec_path.read_text()
@@ -154,7 +155,7 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
         local.start()
         admin = Admin(local.address, (local.data / "coordinator" / "admin.token").read_text().strip())
         try:
-            req = submit_request(spec_text, policy_text, local.bench_root)
+            req = submit_request(spec_text, policy_text, local.bench_root, order_from=order_from)
         except SubmissionError as e:
             raise CtlError(str(e)) from None
         resp = admin.call("SubmitRun", req)
@@ -164,6 +165,8 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
             f"slots at {local.address}; data in {local.data}")
         results = watch(admin, run_id, local, say)
         print_results(results)
+        status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
+        print(f"dispatch order: {dispatch_order(status, run_id)['text']}")
         if html is not None:  # the same page as `fleetctl report RUN --html FILE`, while the coordinator is up
             page, results, timeline = page_from_admin(admin, run_id)
             write_page(html, page, results, timeline)
@@ -250,6 +253,7 @@ def run(args: Any) -> int:
     if html is not None and not html.parent.is_dir():
         raise CtlError(f"--html {args.html}: no directory {html.parent}")
     try:
-        return run_local(args.spec, args.workers, args.slots, args.data_dir, args.bench_root, args.policy, html=html)
+        return run_local(args.spec, args.workers, args.slots, args.data_dir, args.bench_root, args.policy, html=html,
+                         order_from=args.order_from or "")
     except RuntimeError as e:
         raise CtlError(str(e)) from None

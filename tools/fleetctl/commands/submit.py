@@ -1,5 +1,6 @@
-"""`fleetctl submit SPEC.json [--policy P.json] [--run-id ID] [--bench-root DIR]`: freeze a spec as a run
-(with the submitter's measurement of its bench root, tools/fleetctl/submission.py); prints the run id."""
+"""`fleetctl submit SPEC.json [--policy P.json] [--run-id ID] [--bench-root DIR] [--order-from RUN]`: freeze
+a spec as a run (with the submitter's measurement of its bench root, tools/fleetctl/submission.py);
+prints the run id. `--order-from RUN` dispatches its groups longest first by RUN's durations."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,8 @@ def run(admin: Admin, args: argparse.Namespace) -> int:
         raise CtlError(f"cannot read {e.filename}: {e.strerror}") from None
     spec_text = spec_text_for_fleetctl(spec_text, args.spec)  # a single-host evaluator spec: its fleet conversion
     try:  # the submitter's measurement of what the run uses: the reference every worker must match
-        req = submit_request(spec_text, policy_text, args.bench_root or args.spec.resolve().parent)
+        req = submit_request(spec_text, policy_text, args.bench_root or args.spec.resolve().parent,
+                             order_from=args.order_from or "")
     except SubmissionError as e:
         raise CtlError(str(e)) from None
     if args.run_id:

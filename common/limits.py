@@ -100,6 +100,12 @@ RECONNECT_BACKOFF_MS_MAX = 10_000
 
 assert SUSPECT_AFTER_MS_DEFAULT >= 3 * HEARTBEAT_INTERVAL_MS_DEFAULT, "suspicion needs several missed beats"
 assert TRANSPORT_DEAD_AFTER_MS <= SUSPECT_AFTER_MS_DEFAULT, "a dead transport is noticed before suspicion"
+# A stream end is news (its peer closed or reset it: a killed process) only when a frame came
+# through it this recently: the keepalive ends a silent peer's stream only after the peer left
+# a ping unanswered for SERVER_KEEPALIVE_TIMEOUT_MS, so it has been quiet for that long, less
+# a network delay (500 ms allowed). Workers that hold groups heartbeat every interval (1 s).
+STREAM_END_QUIET_MS_MAX = SERVER_KEEPALIVE_TIMEOUT_MS - 500
+assert HEARTBEAT_INTERVAL_MS_DEFAULT < STREAM_END_QUIET_MS_MAX, "a busy worker's stream end can be news"
 assert IDLE_HEARTBEAT_INTERVAL_MS >= 10 * HEARTBEAT_INTERVAL_MS_DEFAULT, "idle heartbeats are the exception"
 assert EXPIRE_AFTER_MS_DEFAULT > SUSPECT_AFTER_MS_DEFAULT, "expiry must follow suspicion"
 assert RECOVERY_GRACE_MS_DEFAULT >= EXPIRE_AFTER_MS_DEFAULT, "recovery grace covers a normal expiry"

@@ -69,6 +69,7 @@ def _too_large(size: int) -> str:
 class Session:
     worker_id: str
     context: Any
+    frame_at: float = 0.0  # loop time of the last frame read (the hello's, at first)
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(limits.SESSION_SEND_QUEUE_FRAMES_MAX))
     welcomed: bool = False
     early: list = field(default_factory=list)  # frames routed before the Welcome went out
@@ -270,6 +271,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         session = Session(wid, context, batch_acks=hello.protocol_version >= codec.ACK_BATCH_PROTOCOL_VERSION,
                           incarnation=hello.incarnation,
                           bundles=hello.protocol_version >= codec.BUNDLE_PROTOCOL_VERSION)
+        session.frame_at = asyncio.get_running_loop().time()
         try:
             await self._register(session, grant.new_credential, hello, environment, context)
             if session.cut_reason:
@@ -289,9 +291,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 # is news and starts the core's short grace. A cut of ours (too slow, refused)
                 # is not: the worker is alive and will reconnect, so it is treated as silence.
                 peer_ended = session.cut_reason in ("", STREAM_ENDED)
-                ended = c.WorkerStreamEnded if peer_ended else c.WorkerDisconnected
+                quiet_ms = int(1000 * (asyncio.get_running_loop().time() - session.frame_at))
                 try:
-                    self.actor.submit(Request(make=lambda now: ended(now, wid)))
+                    self.actor.submit(Request(make=lambda now: c.WorkerStreamEnded(now, wid, quiet_ms) if peer_ended
+                                              else c.WorkerDisconnected(now, wid)))
                 except Overloaded:
                     pass  # expiry will notice the silence anyway
             log.info("session_closed", worker_id=wid, reason=session.cut_reason or "stream ended")
@@ -415,6 +418,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 frame = await context.read()
                 if frame is grpc.aio.EOF:
                     break
+                session.frame_at = asyncio.get_running_loop().time()
                 if frame.seq != session.expected_seq:
                     self._ack(session, frame.seq, rejected(
                         Rejection.OUT_OF_ORDER, f"seq {frame.seq} is not the expected {session.expected_seq}"))

@@ -16,8 +16,8 @@ they own, group finished after their reports are acknowledged); the coordinator 
 Two ways a worker goes away are told apart, as the real servicer tells them apart: a crashed
 process's kernel closes its socket at once (the coordinator sees the stream end, and the core's
 short grace starts), while a partition is silence, and the transport notices it only after its
-keepalive timeout (a stream end the core treats as silence, since the worker was already
-silent). A stream reset with the worker alive (a middlebox) is a third fault: it reconnects.
+keepalive timeout (a stream end the core treats as silence, since nothing came through the
+stream for that long). A stream reset with the worker alive (a middlebox) is a third fault: it reconnects.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.limits import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from common.limits import SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
 from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, ArtifactRef, expected_status
 from common.ids import RunId, WorkerId, run_id_for, sha256_digest
 from common.policy import Policy
@@ -45,10 +45,10 @@ TICK_MS = 250
 HEARTBEAT_MS = 1_000
 RESEND_MS = 3_000  # a worker resends an unacknowledged frame after this long
 RECONNECT_MS = 1_000
-# A partition ends the stream only when the transport's keepalive notices: a ping unanswered
-# for its timeout, sent up to its interval after the last traffic.
-PARTITION_NOTICE_MS_MIN = KEEPALIVE_TIMEOUT_MS
-PARTITION_NOTICE_MS_MAX = KEEPALIVE_TIMEOUT_MS + KEEPALIVE_TIME_MS
+# A partition ends the stream only when the coordinator's keepalive notices: a ping left
+# unanswered for its timeout, sent up to its interval after the partition began.
+PARTITION_NOTICE_MS_MIN = SERVER_KEEPALIVE_TIMEOUT_MS
+PARTITION_NOTICE_MS_MAX = TRANSPORT_DEAD_AFTER_MS
 FAULT_WINDOW_MS = 150_000  # faults stop after this; the run must then settle
 SETTLE_LIMIT_MS = 3_600_000
 TRACE_ENTRIES_MAX = 5_000
@@ -163,7 +163,8 @@ class Simulation:
         self.commands = 0
         self.log: list[object] = []
         self.monitor = Monitor()
-        self.acked_selectable: dict[str, str] = {}  # attempt id -> cell id, acknowledged ACCEPTED
+        self.acked_selectable: dict[str, str] = {}
+        self.last_frame_ms: dict[WorkerId, int] = {}  # attempt id -> cell id, acknowledged ACCEPTED
         self.coordinator_up = True
         self.restarts = 0
         self.stats = {"frames_dropped": 0, "frames_duplicated": 0, "late_reports": 0, "rejected": 0,
@@ -267,6 +268,7 @@ class Simulation:
         return t.outcome
 
     def coordinator_frame(self, wid: WorkerId, frame: tuple) -> None:
+        self.last_frame_ms[wid] = self.now  # what the servicer's quiet time counts from
         kind = frame[0]
         w = self.workers[wid]
         if kind == "hello":
@@ -306,6 +308,9 @@ class Simulation:
             self.send_to_worker(wid, ("finished_ack", frame[1]))
         else:
             raise AssertionError(kind)
+
+    def quiet_ms(self, wid: WorkerId) -> int:
+        return self.now - self.last_frame_ms.get(wid, 0)
 
     def restart_coordinator(self) -> None:
         """Crash: lose memory and in-flight frames; come back by replaying the log."""
@@ -574,7 +579,7 @@ class Simulation:
                 if w.connected and w.partitioned:
                     w.connected = False
                     if self.coordinator_up:
-                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id))
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
                     self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
             elif kind == "stream_reset":
                 w = self.workers[args[0]]
@@ -582,7 +587,7 @@ class Simulation:
                     self.note(f"{w.worker_id} stream reset")
                     w.connected = False  # frames in flight on the reset stream are dropped
                     if self.coordinator_up:
-                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id))
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
                     self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
             elif kind == "heal":
                 self.workers[args[0]].partitioned = False
@@ -592,7 +597,7 @@ class Simulation:
                 if w.alive:
                     if w.connected and self.coordinator_up:
                         # Its kernel closes the socket: the servicer sees the stream end at once.
-                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id))
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
                     self.crash_worker(w)
             elif kind == "worker_up":
                 w = self.workers[args[0]]

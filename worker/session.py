@@ -696,20 +696,25 @@ class WorkerSession:
 
     async def _ticker(self, s: _Stream) -> None:
         """A heartbeat every interval; to a coordinator whose liveness is the transport's
-        (protocol 4, `idle_heartbeat_interval_ms` in its Welcome), only when what it would say
-        changed or the idle interval has passed."""
+        (protocol 4, `idle_heartbeat_interval_ms` in its Welcome), while the worker holds no
+        group, only when what it would say changed or the idle interval has passed."""
         loop = asyncio.get_running_loop()
         last: tuple[Any, ...] | None = None
         sent_at = loop.time()
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
-            if self._idle_heartbeat_s > self._heartbeat_interval_s:
+            # A worker that holds groups beats every interval: a frame this recent is what tells
+            # the coordinator that its stream's end is a death, not a silence (issue 11).
+            if self._idle_heartbeat_s > self._heartbeat_interval_s and not self._holds_groups():
                 now = loop.time()
                 said = self._heartbeat_content()
                 if said == last and now - sent_at < self._idle_heartbeat_s:
                     continue
                 last, sent_at = said, now
             await s.heartbeat_due()
+
+    def _holds_groups(self) -> bool:
+        return any(not h.revoked for h in self._held.values())
 
     def _heartbeat_content(self) -> tuple[Any, ...]:
         return (sorted(aid for aid, h in self._held.items() if not h.revoked), self._running_cells)

@@ -87,6 +87,9 @@ class WorkerStreamEnded:
 
     now_ms: int
     worker_id: WorkerId
+    # How long before the end the stream's last frame arrived (measured by the servicer): a
+    # stream ended by the keepalive after a silence was quiet at least its ping timeout.
+    quiet_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

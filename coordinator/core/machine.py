@@ -711,18 +711,17 @@ def _disconnected(state: State, cmd: c.WorkerDisconnected) -> Transition:
 
 
 def _stream_ended(state: State, cmd: c.WorkerStreamEnded) -> Transition:
-    """The worker's side ended its stream. If the worker was live until then (heard from
-    within the suspicion threshold and within the transport's keepalive timeout, so this is
-    not the transport noticing a silence), the grace starts: no new work meanwhile, and its
-    groups go back when the grace ends unless it says hello again. Otherwise: as silence."""
+    """The worker's stream ended, not cut by us. If a frame came through it just before (so
+    the keepalive did not end it after a silence: limits.STREAM_END_QUIET_MS_MAX), its side
+    closed or reset it, and the grace starts: no new work meanwhile, and its groups go back
+    when the grace ends unless it says hello again. Otherwise: as silence."""
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
         return Transition(_unknown_worker(cmd.worker_id))
     if worker.status != WorkerStatus.ACTIVE:
         return Transition(ACCEPTED)
     timing = _timing(state)
-    silent_ms = cmd.now_ms - state.soft.last_heard_ms.get(worker.worker_id, worker.registered_ms)
-    if timing.stream_end_grace_ms > 0 and silent_ms < min(timing.suspect_after_ms, limits.KEEPALIVE_TIMEOUT_MS):
+    if timing.stream_end_grace_ms > 0 and 0 <= cmd.quiet_ms < limits.STREAM_END_QUIET_MS_MAX:
         state.soft.stream_ended_ms[worker.worker_id] = cmd.now_ms
     return _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(cmd.now_ms, worker.worker_id))
 

@@ -51,7 +51,7 @@ WORKERS = 3
 SLOTS = 2
 SUBJECTS = 2
 POLL_S = 0.02
-RUN_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 60
 KILL_AT = 0.5
 SHORT_GRACE_MS = 500
 SHORT_GRACE = "killed+ordered, grace 0.5 s"
@@ -123,7 +123,8 @@ def fleet_run(coord: Coordinator, workers: dict[str, Worker], ds: list[float], l
         if st.state in (admin_pb2.RUN_STATE_COMPLETE, admin_pb2.RUN_STATE_INCOMPLETE):
             break
         if now - t0 > RUN_TIMEOUT_S:
-            raise RuntimeError(f"{label}: not settled after {RUN_TIMEOUT_S} s: {st}")
+            workers_now = coord.call("GetStatus", admin_pb2.GetStatusRequest()).workers
+            raise RuntimeError(f"{label}: not settled after {RUN_TIMEOUT_S} s: {st}\nworkers: {workers_now}")
         if kill and not killed and st.cells_selected >= KILL_AT * cells:
             killed = busiest_fleet_worker(coord, run_id, ds, workers)
             workers.pop(killed).kill_group()

@@ -31,6 +31,10 @@ REFERENCE_KEY_PREFIXES = ("bench.file:", "bench.taskdir:", "python.module:", "ha
 CELL_ENVIRONMENT_ID_HEX_CHARS = 16
 
 
+# Hello components shown to operators but not pinned: a commit that changes no code a worker
+# runs (a README, a coordinator fix) moves the revision, while `fleet.source` digests the code
+# itself; pinning the revision refused identical builds started from two commits.
+PIN_IGNORED_KEYS = ("fleet.revision",)
 # The value of a key a side did not measure, in differences and pins.
 NOT_MEASURED = "(not measured)"
 
@@ -41,7 +45,7 @@ def pin_components(environment: Iterable[tuple[str, str]], environment_match: st
     worker): its Hello environment (only the cell-environment part when the run's policy says
     environmentMatch "cell"), and the run's keys only workers measure. The coordinator's core
     and `fleet-worker identity --against` both use this one rule."""
-    env = tuple(environment)
+    env = tuple(kv for kv in environment if kv[0] not in PIN_IGNORED_KEYS)
     if environment_match == "cell":
         env = tuple(kv for kv in env if kv[0].startswith(CELL_ENVIRONMENT_PREFIXES))
     extra = tuple((k, measured.get(k, NOT_MEASURED)) for k in worker_keys)

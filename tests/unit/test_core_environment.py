@@ -251,3 +251,15 @@ def test_a_released_pin_emits_an_event_that_names_its_worker() -> None:
     t = k.tick(EXPIRE_MS)
     (e,) = emits(t, "run_pin_released")
     assert e.subject == WorkerId("w1")
+
+
+def test_two_commits_of_the_same_worker_code_serve_one_run() -> None:
+    # fleet.revision moves with any commit; fleet.source digests the code workers run.
+    k = fresh()
+    a = (("fleet.revision", "a" * 40), ("fleet.source", "src-1"), ("python.version", "3.11.7"))
+    b = (("fleet.revision", "b" * 40), ("fleet.source", "src-1"), ("python.version", "3.11.7"))
+    c_ = (("fleet.revision", "a" * 40), ("fleet.source", "src-2"), ("python.version", "3.11.7"))
+    assert pushes(k.register("w1", environment=a))
+    assert pushes(k.register("w2", environment=b)), "another commit of the same code joins the run"
+    t = k.register("w3", environment=c_)
+    assert pushes(t) == [] and ("fleet.source", "src-1", "src-2") in refusals(t, "w3")[0].differences

@@ -35,6 +35,7 @@ from common.evidence import Cleanup, Execution, Report, Status, Usage, Verificat
 from common.ids import RunId, WorkerId, run_id_for, sha256_digest
 from common.policy import Policy
 from common.spec import parse_spec
+from common.rejections import Rejection
 from coordinator.core import commands as c
 from coordinator.core import new_state, step, summarize
 from coordinator.core.effects import Emit, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
@@ -279,7 +280,13 @@ class Simulation:
                 self.note(f"coord refused hello {wid}: {out.detail}")
             self.send_to_worker(wid, ("welcome", incarnation))
         elif kind == "heartbeat":
-            self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
+            out = self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
+            if out.rejection in (Rejection.UNKNOWN_WORKER, Rejection.WORKER_NOT_ACTIVE) and w.connected:
+                # The servicer cuts a session whose worker must register again (its hello
+                # was lost, or it expired meanwhile): the worker reconnects and says hello.
+                self.note(f"coord cut {wid}'s session: {out.rejection.name}")
+                w.connected = False
+                self.at(self.now + RECONNECT_MS, "reconnect", wid, w.epoch)
         elif kind == "measured":
             _, incarnation, run_id, measured = frame
             self.apply(c.RunEnvironmentMeasured(self.now, wid, incarnation, run_id, measured))

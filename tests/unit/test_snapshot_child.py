@@ -106,7 +106,7 @@ def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Pat
     store.close()
 
     forked = [t for t in timings if t["in_child"]]
-    assert len(forked) >= 5, timings
+    assert len(forked) >= 2, timings  # a snapshot due while a child still encodes waits: fewer under load
     assert all(t["parts"] > 1 for t in forked), "stored in parts, one transaction each"
     assert any(t["behind"] > 0 for t in forked), "no commit happened while a child encoded"
     for index, data in snapshots:

@@ -18,6 +18,7 @@ from coordinator.core.machine import liveness_policy
 from coordinator.core.state import GroupState, RunState, State, WorkerStatus
 from coordinator.core.summary import IncompleteCell, SelectedResult, Tally, run_counts, run_state, visit_cell
 from coordinator.paging import Position
+from coordinator import codec
 from coordinator.logcodec import report_to_proto
 
 RUN_STATES = {"running": admin_pb2.RUN_STATE_RUNNING, "paused": admin_pb2.RUN_STATE_PAUSED,
@@ -66,8 +67,7 @@ def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatus
         if w.refusal is not None:
             ws.refused_run_id, ws.refused_reason = w.refusal.run_id, w.refusal.reason
             ws.refused_age_ms = max(0, now_ms - w.refusal.at_ms)
-            ws.refused_differences.extend(common_pb2.EnvironmentDifference(key=k, run_value=a, worker_value=b)
-                                          for k, a, b in w.refusal.differences[:REFUSAL_DIFFERENCES_SHOWN_MAX])
+            ws.refused_differences.extend(codec.differences(w.refusal.differences[:REFUSAL_DIFFERENCES_SHOWN_MAX]))
         out.workers.append(ws)
     return out
 
@@ -85,10 +85,9 @@ def run_environment(state: State, run_id: RunId) -> coordinator_pb2.DescribeRunE
     run = state.runs.get(run_id)
     if run is None:
         return None
-    comps = [common_pb2.EnvironmentComponent(key=k, value=v) for k, v in run.manifest.items()]
-    pin = [common_pb2.EnvironmentComponent(key=k, value=v) for k, v in (run.pin or ())]
     return coordinator_pb2.DescribeRunEnvironmentResponse(
-        run_id=run_id, reference=comps, worker_keys=run.worker_keys, pin=pin, pinned_by=run.pinned_by,
+        run_id=run_id, reference=codec.components(run.manifest.items()), worker_keys=run.worker_keys,
+        pin=codec.components(run.pin or ()), pinned_by=run.pinned_by,
         environment_match=run.policy.environment_match)
 
 

@@ -18,28 +18,24 @@ from common.fleetpb import admin_pb2
 PAGES_MAX = limits.CELLS_PER_RUN_MAX * limits.ATTEMPTS_PER_CELL_MAX
 
 
-def results_pages(admin: Any, run_id: str, page_size: int = limits.PAGE_ITEMS_MAX) -> Iterator[Any]:
+def _pages(admin: Any, method: str, request: Any, run_id: str, page_size: int) -> Iterator[Any]:
+    """Every page of one AIP-158 listing, following next_page_token to its end."""
     token = ""
     for _ in range(PAGES_MAX):
-        page = admin.call("GetResults", admin_pb2.GetResultsRequest(run_id=run_id, page_size=page_size,
-                                                                    page_token=token))
+        page = admin.call(method, request(run_id=run_id, page_size=page_size, page_token=token))
         yield page
         token = page.next_page_token
         if not token:
             return
-    raise AssertionError(f"GetResults of {run_id} did not end within {PAGES_MAX} pages")
+    raise AssertionError(f"{method} of {run_id} did not end within {PAGES_MAX} pages")
+
+
+def results_pages(admin: Any, run_id: str, page_size: int = limits.PAGE_ITEMS_MAX) -> Iterator[Any]:
+    return _pages(admin, "GetResults", admin_pb2.GetResultsRequest, run_id, page_size)
 
 
 def attempts_pages(admin: Any, run_id: str, page_size: int = limits.PAGE_ITEMS_MAX) -> Iterator[Any]:
-    token = ""
-    for _ in range(PAGES_MAX):
-        page = admin.call("ListAttempts", admin_pb2.ListAttemptsRequest(run_id=run_id, page_size=page_size,
-                                                                        page_token=token))
-        yield page
-        token = page.next_page_token
-        if not token:
-            return
-    raise AssertionError(f"ListAttempts of {run_id} did not end within {PAGES_MAX} pages")
+    return _pages(admin, "ListAttempts", admin_pb2.ListAttemptsRequest, run_id, page_size)
 
 
 def results_whole(admin: Any, run_id: str, page_size: int = limits.PAGE_ITEMS_MAX) -> Any:

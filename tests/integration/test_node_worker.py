@@ -209,3 +209,18 @@ def test_python_and_node_workers_share_one_run(cluster: Cluster, node_worker: Pa
     assert contributors == {"node-m"} and code == 2 and refusal, (
         f"unexpected: contributors {contributors}, python worker exit {code}\n{cluster.tails()}")
     raise EnvironmentSplit(f"only {sorted(contributors)} ran cells; the Python worker was refused: {refusal[-1][:400]}")
+
+
+def test_the_node_worker_measures_a_runs_keys_exactly_as_the_python_worker(tmp_path: Path) -> None:
+    # The same keys, one bench root, both implementations: a run compares these values.
+    from worker.identity import measure_keys, run_manifest
+
+    bench = REPO / "examples" / "quick"
+    reference, worker_keys = run_manifest(json.loads((bench / "experiment.json").read_text()), bench)
+    keys = [*reference, *worker_keys, "bench.file:missing.py", "image.sha256:x"]
+    script = ("const {measureKeys} = require(process.argv[1]); "
+              "console.log(JSON.stringify(measureKeys(JSON.parse(process.argv[2]), process.argv[3])));")
+    done = subprocess.run([NODE, "-e", script, str(NODE_DIR / "identity.js"), json.dumps(keys), str(bench)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == measure_keys(keys, bench)
+    assert len(reference) > 10 and worker_keys

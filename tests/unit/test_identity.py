@@ -232,3 +232,15 @@ def test_the_hello_no_longer_digests_the_whole_bench_root(bench: Path) -> None:
     assert not any(k.startswith("bench.") for k in manifest)
     (bench / "new-log-file.txt").write_text("grows")
     assert worker_identity(bench) == (manifest, env)
+
+
+def test_a_submit_naming_a_file_the_bench_root_lacks_is_refused_with_the_key(bench: Path, tmp_path: Path) -> None:
+    from tools.fleetctl.submission import SubmissionError, submit_request
+
+    text = json.dumps(command_spec())
+    req = submit_request(text, "{}", bench)
+    assert {c.key for c in req.manifest} >= {"bench.file:subjects/solve.py", "bench.taskdir:tasks/add"}
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    with pytest.raises(SubmissionError, match="bench.taskdir:tasks/add"):
+        submit_request(text, "{}", empty)

@@ -15,9 +15,10 @@ EXPIRE_AFTER_MS_DEFAULT = 15_000
 RECOVERY_GRACE_MS_DEFAULT = 30_000
 RETRY_BACKOFF_MS_DEFAULT = 1_000
 # A stream its worker's side closed or reset (a killed process: its kernel closes the socket
-# at once) is not silence. The grace covers a supervised restart: systemd's RestartSec=1s
-# (tools/systemd) plus the worker's start, about a second here.
-STREAM_END_GRACE_MS_DEFAULT = 3_000
+# at once) is not silence. The grace covers a supervised restart: systemd's RestartSec=200ms
+# (tools/systemd) plus the worker's start, 0.35-0.6 s from exec to its hello here; about
+# twice that. Past it the groups go back: a dead worker costs the grace, not the expiry.
+STREAM_END_GRACE_MS_DEFAULT = 1_500
 RETRY_BACKOFF_MAX_MS_DEFAULT = 60_000
 MAX_ATTEMPTS_PER_CELL_DEFAULT = 3
 # A group deadline is derived from the budget: subject and verifier time, times a factor for

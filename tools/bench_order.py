@@ -13,7 +13,7 @@ and `fleet-worker` processes on 127.0.0.1 with the default policy; per repeat:
   killed    the spec in spec order, and at 50% of cells selected the process group of the
             busiest worker (the most pending work) is killed with -9 and not restarted;
   killed+ordered  the same, ordered from the plain run;
-  killed+ordered, grace 0.5 s  the same with `streamEndGraceMs` 500 (default 3,000): the price
+  killed+ordered, grace 0.5 s  the same with `streamEndGraceMs` 500 (default 1,500): the price
             of waiting for a supervised restart, against not waiting for one.
 
 Dask distributed (when importable): a scheduler and 3 `dask worker` processes x 2 threads, one

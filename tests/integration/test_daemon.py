@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import INTBENCH, Cluster, expected_score, intbench_spec
+from tests.integration.harness import FAST_POLICY, INTBENCH, Cluster, expected_score, intbench_spec
 
 CRASH_SEED = int(os.environ.get("FLEET_CRASH_SEED", "20261201"))
 COORDINATOR_KILLS = int(os.environ.get("FLEET_COORDINATOR_KILLS", "20"))
@@ -112,7 +112,10 @@ def test_worker_killed_mid_group_keeps_finished_cells_and_retries_the_rest(clust
         s["args"].append(str(log))  # the subject appends "start"/"done" lines to this file
     cluster.start_coordinator()
     worker = cluster.start_worker("w1", slots=2)
-    run_id = cluster.submit(spec)
+    # The restart below must say hello within the stream-end grace (or its groups go back and
+    # a finished cell could run again, which is what the grace exists to avoid): on a loaded
+    # CI machine a start can take longer than the 1.5 s default, so the grace is generous.
+    run_id = cluster.submit(spec, dict(FAST_POLICY, streamEndGraceMs=10_000))
 
     def lines(kind: str, subject: str) -> list:
         return [e for e in executions(log) if e[0] == kind and e[1].split("/")[-1].startswith(subject)]

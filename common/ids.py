@@ -63,4 +63,4 @@ def is_digest(text: str) -> bool:
     if not text.startswith(DIGEST_PREFIX):
         return False
     hexpart = text[len(DIGEST_PREFIX):]
-    return len(hexpart) == 64 and all(c in "0123456789abcdef" for c in hexpart)
+    return len(hexpart) == 64 and not hexpart.strip("0123456789abcdef")  # every char a hex digit

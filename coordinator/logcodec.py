@@ -113,6 +113,11 @@ def _enum_from_proto(number: int, enum_type: type, where: str) -> Any:
         raise LogCodecError(f"{where}: {number} is not a known {enum_type.__name__}") from None
 
 
+def _members(enum_type: type) -> dict[int, Any]:
+    """Number -> member, for decoding many records without the Enum call's cost."""
+    return {int(m): m for m in enum_type}  # type: ignore[attr-defined]
+
+
 # ---- Report ---------------------------------------------------------------------------------
 
 _REPORT_ENUMS: dict[str, type] = {
@@ -122,6 +127,7 @@ _REPORT_ENUMS: dict[str, type] = {
     "usage": Usage,
     "cleanup": Cleanup,
 }
+_REPORT_MEMBERS = tuple((name, _members(enum_type)) for name, enum_type in _REPORT_ENUMS.items())
 _REPORT_OPTIONAL_INTS = ("input_tokens", "output_tokens", "cached_tokens")
 _REPORT_OPTIONAL_FLOATS = ("score", "cost_usd")
 _REPORT_INTS = ("started_ms", "finished_ms")
@@ -176,16 +182,20 @@ def report_from_proto(msg: common_pb2.Report) -> Report:
     if not isinstance(msg, common_pb2.Report):
         raise LogCodecError(f"report: expected a fleet.v1.Report, got {type(msg).__name__}")
     values: dict[str, Any] = {}
-    for name, enum_type in _REPORT_ENUMS.items():
-        values[name] = _enum_from_proto(getattr(msg, name), enum_type, f"report.{name}")
+    for name, members in _REPORT_MEMBERS:
+        number = getattr(msg, name)
+        member = members.get(number)
+        values[name] = member if member is not None else _enum_from_proto(number, _REPORT_ENUMS[name], f"report.{name}")
     for name in _REPORT_OPTIONAL_FLOATS + _REPORT_OPTIONAL_INTS:
         values[name] = getattr(msg, name) if msg.HasField(name) else None
     for name in _REPORT_INTS + _REPORT_STRS:
         values[name] = getattr(msg, name)
+    artifacts, unavailable = msg.artifacts, msg.unavailable
     values["artifacts"] = tuple(
-        ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in msg.artifacts
-    )
-    values["unavailable"] = tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in msg.unavailable)
+        ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in artifacts
+    ) if artifacts else ()
+    values["unavailable"] = tuple(
+        ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else ()
     return Report(**values)
 
 
@@ -354,7 +364,11 @@ def decode_record(data: bytes) -> tuple[int, Any]:
         record = log_pb2.LogRecord.FromString(bytes(data))
     except pb_message.DecodeError as e:
         raise LogCodecError(f"not a log record ({len(data)} bytes): {e}") from None
-    unknown = _unknown_field_path(record, "record")
+    # Unknown fields anywhere in the record: dropping them (in C, recursively) changes its
+    # size. Only then is the tree walked, on a fresh parse, for the path to name.
+    size = record.ByteSize()
+    record.DiscardUnknownFields()
+    unknown = _unknown_field_path(log_pb2.LogRecord.FromString(bytes(data)), "record") if record.ByteSize() != size else ""
     if unknown:
         raise LogCodecError(
             f"record {record.index}: {unknown} has fields this version does not know "

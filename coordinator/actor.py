@@ -123,10 +123,10 @@ def _recover(store: Store) -> tuple[State, int, int]:
     rec = store.load()
     for warning in rec.warnings:
         log.warning("store_warning", detail=warning)
-    if rec.snapshot is not None:
-        index, data = rec.snapshot
+    if rec.snapshot_index is not None:
+        index = rec.snapshot_index
         try:
-            state = decode_state(data)
+            state = decode_state(rec.snapshot_parts)
         except SnapshotFormatError as e:
             raise StoreCorrupt(f"snapshot at index {index} is unreadable: {e}", store_path(store), index=index) from e
     else:
@@ -148,7 +148,7 @@ def _recover(store: Store) -> tuple[State, int, int]:
         index = position
         replayed += 1
         last_now = max(last_now, cmd.now_ms)
-    log.info("recovered", snapshot_index=rec.snapshot[0] if rec.snapshot else 0, replayed=replayed,
+    log.info("recovered", snapshot_index=rec.snapshot_index or 0, replayed=replayed,
              last_index=index, runs=len(state.runs), workers=len(state.workers))
     return state, index, last_now
 

@@ -133,10 +133,19 @@ class Recovery:
     before appending. `warnings` are sentences for the caller's log (a skipped snapshot).
     """
 
-    snapshot: tuple[int, bytes] | None
+    snapshot_index: int | None
+    # The snapshot's bytes in their stored parts, each verified and the whole checked against
+    # the manifest; `decode_state` takes them as they are (a large snapshot is never joined,
+    # so recovery does not hold it twice) and empties the list as it reads.
+    snapshot_parts: list[bytes]
     records: Iterator[tuple[int, bytes]]
     last_index: int
     warnings: tuple[str, ...]
+
+    @property
+    def snapshot(self) -> tuple[int, bytes] | None:
+        """The snapshot whole, for callers that want one bytes object (tests, tools)."""
+        return None if self.snapshot_index is None else (self.snapshot_index, b"".join(self.snapshot_parts))
 
 
 class Store:
@@ -439,7 +448,7 @@ class Store:
         """The newest valid snapshot and the verified records after it (see `Recovery`)."""
         self._check_usable()
         warnings: list[str] = []
-        chosen: tuple[int, bytes] | None = None
+        chosen: tuple[int, list[bytes]] | None = None
         bad: list[int] = []
         try:
             with self._env.begin(db=self._snap) as txn:
@@ -469,26 +478,29 @@ class Store:
                                     "falling back to the older snapshot")
                     bad.append(index)
                     continue
-                verdict = whole
-            chosen = (index, verdict)
+                chosen = (index, whole)
+            else:
+                chosen = (index, [verdict])
             break
         self._bad_snapshot_indexes = bad
         self._snapshot_indexes = [i for i in self._snapshot_indexes if i not in bad]
         start = chosen[0] + 1 if chosen else 1
         self._check_first_record(start, warnings)
         return Recovery(
-            snapshot=chosen,
+            snapshot_index=chosen[0] if chosen else None,
+            snapshot_parts=chosen[1] if chosen else [],
             records=self._iter_records(start, self._last_index),
             last_index=self._last_index,
             warnings=tuple(warnings),
         )
 
-    def _assemble(self, key: bytes, manifest: bytes) -> bytes | str:
-        """A parted snapshot's bytes, or a sentence saying why they fail verification."""
+    def _assemble(self, key: bytes, manifest: bytes) -> list[bytes] | str:
+        """A parted snapshot's verified parts, or a sentence saying why they fail verification."""
         if len(manifest) != PARTS_MANIFEST.size:
             return f"a parts manifest of {len(manifest)} bytes"
         _, parts, total, crc = PARTS_MANIFEST.unpack(manifest)
         chunks: list[bytes] = []
+        size, actual = 0, 0
         try:
             with self._env.begin(db=self._parts) as txn:
                 for part in range(parts):
@@ -500,12 +512,13 @@ class Store:
                     if isinstance(verdict, str):
                         return f"part {part}: {verdict}"
                     chunks.append(verdict)
+                    size += len(verdict)
+                    actual = zlib.crc32(verdict, actual)
         except lmdb.Error as e:
             raise _wrap(e, "reading snapshot parts", self._wal_dir) from e
-        whole = b"".join(chunks)
-        if len(whole) != total or zlib.crc32(whole) != crc:
-            return f"its {parts} parts hold {len(whole)} bytes that do not match the manifest"
-        return whole
+        if size != total or actual != crc:
+            return f"its {parts} parts hold {size} bytes that do not match the manifest"
+        return chunks
 
     def _check_first_record(self, start: int, warnings: list[str]) -> None:
         """Fail at `load`, not mid-fold, when the log does not begin where recovery needs it."""

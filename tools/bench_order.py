@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import limits
 from common.fleetpb import admin_pb2
 from tools.bench_coordinator import PY, REPO, START_TIMEOUT_S, Coordinator, child_env, cpu_seconds, mono, say
 
@@ -55,6 +56,7 @@ RUN_TIMEOUT_S = 60
 KILL_AT = 0.5
 SHORT_GRACE_MS = 500
 SHORT_GRACE = "killed+ordered, grace 0.5 s"
+RESTART_PROBES = 5
 
 
 def durations(seed: int) -> list[float]:
@@ -196,11 +198,43 @@ def bench_fleet(root: Path, ds: list[float], repeats: int) -> dict:
                     + (f", killed {r['killed']} at {r['killed_at_s']} s" if "killed" in r else "")
                     + f"; lost {r['lost']}, duplicated {r['duplicated']}, attempts {r['attempts']}"
                     + (f"; order from {r['order_from']}" if r["order_from"] else ""))
+        restarts = restart_times(coord, root / "fleet", workers, RESTART_PROBES)
+        say(f"  a restart (kill -9, exec again, until registered with the next incarnation), {len(restarts)} times: "
+            f"median {statistics.median(restarts):.3f} s, max {max(restarts):.3f} s; the grace is "
+            f"{limits.STREAM_END_GRACE_MS_DEFAULT / 1000:g} s by default")
     finally:
         for w in workers.values():
             w.stop()
         coord.stop()
-    return {"runs": runs, "cpu_s_per_1000_cells": {k: 1000 * cpu[k] / cpu["cells"] for k in ("coordinator", "workers")}}
+    return {"runs": runs, "restart_s": restarts,
+            "cpu_s_per_1000_cells": {k: 1000 * cpu[k] / cpu["cells"] for k in ("coordinator", "workers")}}
+
+
+def restart_times(coord: Coordinator, root: Path, workers: dict[str, Worker], n: int) -> list[float]:
+    """What the stream-end grace must cover, less the supervisor's delay: from a killed
+    worker's exec again (same id and state dir) until the coordinator lists it active with
+    the next incarnation."""
+    wid = sorted(workers)[0]
+    times: list[float] = []
+    for _ in range(n):
+        before = incarnation(coord, wid)
+        workers[wid].kill_group()
+        workers[wid].log.close()
+        t0 = mono()
+        workers[wid] = Worker(root, coord, wid)
+        while incarnation(coord, wid) <= before:
+            if mono() - t0 > START_TIMEOUT_S:
+                raise RuntimeError(f"{wid} did not register again within {START_TIMEOUT_S} s")
+            time.sleep(0.005)
+        times.append(mono() - t0)
+    return times
+
+
+def incarnation(coord: Coordinator, wid: str) -> int:
+    for w in coord.call("GetStatus", admin_pb2.GetStatusRequest()).workers:
+        if w.worker_id == wid and w.status == "active":
+            return w.incarnation
+    return 0
 
 
 def wait_active(coord: Coordinator, wids: list[str]) -> None:

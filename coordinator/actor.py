@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import gc
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -100,6 +102,31 @@ class Batch:
     completions: list[tuple[Callable[[Any], None], Any]] = field(default_factory=list)
     outgoing: list[Outgoing] = field(default_factory=list)
     broadcast: list[Any] = field(default_factory=list)  # frames for every connected worker
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    """prctl(2), resolved now: a child forked from a threaded process must not import."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """In a snapshot child: be killed with the coordinator. The child shares the data dir's
+    lock (flock belongs to the open file, which fork shares), so a child that outlived a
+    kill -9 of its parent would keep the restarted coordinator out until its encode ended
+    (43 s at a million cells)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
 
 
 def recover(store: Store) -> tuple[State, int]:
@@ -367,10 +394,12 @@ class Actor:
             return
         started = time.perf_counter()
         r, w = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: memory and its pipe only, then leave without cleanup
             code = 1
             try:
+                _die_with(parent)
                 os.close(r)
                 view = memoryview(encode_state(self._state))
                 while view:

@@ -190,11 +190,20 @@ class Profiler:
 
     def __init__(self, out_dir: Path | None, name: str, pid: int, seconds: float) -> None:
         self.proc: Proc | None = None
+        self.perf: Proc | None = None
         self.path = None
+        self.pid = pid
+        self.threads0 = thread_cpu(pid) if out_dir is not None else {}
         exe = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
         if out_dir is None or not os.access(exe, os.X_OK):
             return
         out_dir.mkdir(parents=True, exist_ok=True)
+        perf = shutil.which("perf")
+        if perf:  # CPU samples (only while running), C frames and the kernel included
+            self.perf_path = out_dir / f"{name}.perf.data"
+            self.perf = Proc(f"perf {name}", [perf, "record", "-F", "499", "-g", "-p", str(pid), "-o",
+                                              str(self.perf_path), "--", "sleep", str(int(seconds) or 1)],
+                             out_dir / f"{name}.perf.log")
         self.path = out_dir / f"{name}.collapsed.txt"
         self.proc = Proc(f"py-spy {name}", [exe, "record", "--pid", str(pid), "--duration", str(int(seconds) or 1),
                                            "--rate", "97", "--format", "raw", "--threads", "--nonblocking",
@@ -202,16 +211,46 @@ class Profiler:
                          out_dir / f"{name}.py-spy.log")
 
     def finish(self) -> None:
+        threads1 = thread_cpu(self.pid) if self.threads0 else {}
         if self.proc is None:
             return
-        try:
-            self.proc.popen.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.stop(5)
+        for proc in (self.proc, self.perf):
+            if proc is None:
+                continue
+            try:
+                proc.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.stop(5)
         if self.path and self.path.exists():
             say(f"  profile {self.path}:")
             for line in hottest(self.path):
                 say(f"    {line}")
+            names = {}
+            for line in self.path.read_text().splitlines():
+                head = line.split(";", 1)[0]  # "thread (TID): NAME" as py-spy writes it
+                if head.startswith("thread (") and "): " in head:
+                    names[int(head[8:head.index(")")])] = head.split("): ", 1)[1].split(" ")[0]
+            used = sorted(((u1 + s1 - self.threads0.get(t, (0, 0))[0] - self.threads0.get(t, (0, 0))[1], t, u1, s1)
+                           for t, (u1, s1) in threads1.items()), reverse=True)
+            say("    CPU per thread (utime+stime, s): " + ", ".join(
+                f"{names.get(t, t)} {d:.2f}" for d, t, _, _ in used[:8] if d > 0))
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
+    """(utime, stime) in seconds of every live thread of `pid`, by thread id."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(rest[11]) / CLK_TCK, int(rest[12]) / CLK_TCK)
+    return out
 
 
 def hottest(path: Path, top: int = 8) -> list[str]:

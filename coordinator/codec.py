@@ -28,7 +28,12 @@ from coordinator.logcodec import LogCodecError, report_from_proto
 
 # 4 implies 3 (run environment offers) and 2: a worker of 4 may send ReportBatch, reads
 # FrameBundle and heartbeats only on change; the coordinator says its revision in the Welcome.
-PROTOCOL_VERSION = 4
+# 5 changes nothing on the wire: it is the coordinator's promise that an assignment is released
+# by the commit of its last cell report (coordinator/core/machine.py `_cell_reported`), so a
+# worker of 5 finishes an assignment whose every cell was acknowledged ACCEPTED or DUPLICATE
+# without a GroupFinished. Workers of 3 and 4 are served as before (their GroupFinished is
+# answered DUPLICATE).
+PROTOCOL_VERSION = 5
 ACK_BATCH_PROTOCOL_VERSION = 2  # from this revision on, a worker accepts AckBatch frames
 # From this revision on, a worker measures a run's environment when offered it; an older one
 # cannot show that it runs the run's benchmark and is refused.

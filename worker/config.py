@@ -76,9 +76,13 @@ GOODBYE_ACK_TIMEOUT_MS = 2_000
 # the next heartbeat.
 RUN_OFFERS_QUEUED_MAX = 64
 # 2: understands AckBatch; 3: measures a run's environment when offered it; 4 (implies 3):
-# sends ReportBatch, reads FrameBundle, heartbeats only on change.
-PROTOCOL_VERSION = 4
+# sends ReportBatch, reads FrameBundle, heartbeats only on change; 5 (implies 4): finishes an
+# assignment without GroupFinished once a coordinator of 5 acknowledged all its cells.
+PROTOCOL_VERSION = 5
 REPORT_BATCH_PROTOCOL_VERSION = 4  # a coordinator whose Welcome says this or more takes ReportBatch
+# A coordinator whose Welcome says this or more releases an assignment at the commit of its last
+# cell report: an assignment whose every cell was acknowledged ACCEPTED or DUPLICATE is over.
+COMPLETION_BY_REPORTS_PROTOCOL_VERSION = 5
 
 
 PROGRAM = "fleet-worker"

@@ -11,7 +11,10 @@ Rules, in the order things become durable:
 4. An entry leaves the outbox only on the coordinator's ack (ACCEPTED, DUPLICATE, LATE), or
    by dead letter when it is refused for good.
 5. An assignment is finished locally only after its GroupFinished was acknowledged, after
-   every one of its reports settled; a revoked one once its outcomes are in the outbox.
+   every one of its reports settled; a revoked one once its outcomes are in the outbox. To a
+   coordinator of protocol 5, whose last report commit releases the assignment, one whose
+   every cell was acknowledged ACCEPTED or DUPLICATE is finished without a GroupFinished, in
+   the outbox commit of those acks (or, queued behind them, the next one).
 
 Ownership. The session's TaskGroup owns the groups (they keep running while disconnected)
 and the drain and abort controls; each stream's TaskGroup owns its writer, reader,
@@ -69,6 +72,7 @@ from common.limits import (
 from worker import codec
 from worker.config import (
     ABORT_GRACE_MS,
+    COMPLETION_BY_REPORTS_PROTOCOL_VERSION,
     GOODBYE_ACK_TIMEOUT_MS,
     HELLO_BUFFERED_IDS_CHARS_MAX,
     OUTBOX_FULL_RETRY_MS,
@@ -205,10 +209,18 @@ class _Held:
     finishing: bool = False  # a GroupFinished awaits its ack
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    cells: int = 0  # the push's cells (0 for an orphan adopted at start: it is handed back)
+    counted: set[AttemptId] = field(default_factory=set)  # acked ACCEPTED or DUPLICATE
 
     def ready_to_finish(self) -> bool:
         return (not self.revoked and not self.running and not self.finishing
                 and self.cells_left == 0 and not self.unsettled)
+
+    def completed_by_reports(self) -> bool:
+        """Every cell of the push acknowledged ACCEPTED or DUPLICATE: a coordinator of protocol
+        5 released the assignment at the commit of the last one, so no GroupFinished is due."""
+        return (not self.handed_back and not self.dead and self.cells > 0
+                and len(self.counted) == self.cells)
 
     @property
     def reason(self) -> str:
@@ -237,6 +249,7 @@ class _Stream:
         self.report_slots = asyncio.Semaphore(REPORTS_IN_FLIGHT_MAX)
         self._upload_count = 0
         self.report_batches = False  # the coordinator speaks protocol 4: queued reports go as one frame
+        self.completion_by_reports = False  # protocol 5: an assignment acked in full needs no GroupFinished
 
     def upload_id(self, digest: str) -> str:
         self._upload_count += 1
@@ -680,6 +693,7 @@ class WorkerSession:
         interval_ms = max(HEARTBEAT_INTERVAL_MS_MIN, min(HEARTBEAT_INTERVAL_MS_MAX, interval_ms))
         self._heartbeat_interval_s = interval_ms / 1000
         s.report_batches = welcome.protocol_version >= REPORT_BATCH_PROTOCOL_VERSION
+        s.completion_by_reports = welcome.protocol_version >= COMPLETION_BY_REPORTS_PROTOCOL_VERSION
         self._idle_heartbeat_s = welcome.idle_heartbeat_interval_ms / 1000 if s.report_batches else 0.0
         self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,
                        heartbeat_interval_ms=interval_ms, outbox_depth=self._state.depth,
@@ -829,7 +843,7 @@ class WorkerSession:
         if not fresh:
             plog.info("push of a recorded or finished assignment ignored")
             return
-        held = _Held(aid, push.run_id, cells_left=len(push.cells))
+        held = _Held(aid, push.run_id, cells_left=len(push.cells), cells=len(push.cells))
         self._held[aid] = held
         if self._draining.is_set():
             held.cells_left = 0
@@ -988,7 +1002,10 @@ class WorkerSession:
                 # commits cancels the task, and the entry, no longer pending, is never replayed.
                 acked = asyncio.ensure_future(self._state.ack_async(entry.attempt_id))
                 acked.add_done_callback(lambda f: f.cancelled() or f.exception() or self._settle(entry, dead=False))
+                finished = self._finish_with_ack(s, entry, ack.outcome)
                 await asyncio.shield(acked)
+                if finished is not None:
+                    await asyncio.shield(finished)
                 return
             if ack.outcome != _REJECTED:
                 raise _ProtocolError(f"report ack with outcome {ack.outcome}")
@@ -1009,6 +1026,40 @@ class WorkerSession:
         delay_ms = self._rng.uniform(RECONNECT_BACKOFF_MS_MIN, cap_ms)
         plog.warning("coordinator asks to resend later", reason=reason, detail=detail, in_ms=round(delay_ms))
         await asyncio.sleep(delay_ms / 1000)
+
+    def _finish_with_ack(self, s: _Stream, entry: OutboxEntry, outcome: int) -> asyncio.Future[None] | None:
+        """Protocol 5: the ack that completes its assignment by reports finishes it locally, in
+        the outbox's same group commit as the ack (queued right behind it), with no
+        GroupFinished. The finisher does the same later when the group was not yet done
+        running at this ack."""
+        held = self._held.get(entry.assignment_id)
+        if held is None or outcome not in (_ACCEPTED, _DUPLICATE):
+            return None
+        held.counted.add(entry.attempt_id)
+        # Every cell counted means every report is acked and its outbox ack queued ahead of
+        # this finish (one writer, in order): the finish commits with them or after them.
+        if not (s.completion_by_reports and held.completed_by_reports() and not held.revoked
+                and not held.running and not held.finishing):
+            return None
+        held.finishing = True
+        return self._finish_by_reports(held)
+
+    def _finish_by_reports(self, held: _Held) -> asyncio.Future[None]:
+        """Finish `held` locally once the outbox commits it; like an ack, settled by the commit
+        itself, so a stream cut meanwhile changes nothing."""
+        done = asyncio.ensure_future(self._state.finish_assignment_async(held.assignment_id))
+
+        def finished(f: asyncio.Future[None]) -> None:
+            held.finishing = False
+            if f.cancelled() or f.exception():
+                return
+            self.groups_finished += 1
+            if self._held.get(held.assignment_id) is held:
+                del self._held[held.assignment_id]
+            self._notify()
+
+        done.add_done_callback(finished)
+        return done
 
     def _settle(self, entry: OutboxEntry, *, dead: bool) -> None:
         held = self._held.get(entry.assignment_id)
@@ -1129,8 +1180,15 @@ class WorkerSession:
                 for held in list(self._held.values()):
                     if held.ready_to_finish():
                         held.finishing = True
-                        tg.create_task(self._finish_group(s, held))
+                        if s.completion_by_reports and held.completed_by_reports():
+                            tg.create_task(self._await(self._finish_by_reports(held)))
+                        else:
+                            tg.create_task(self._finish_group(s, held))
                 await changed.wait()
+
+    @staticmethod
+    async def _await(fut: asyncio.Future[None]) -> None:
+        await asyncio.shield(fut)  # a storage error ends the stream's task group (fail-stop)
 
     async def _finish_group(self, s: _Stream, held: _Held) -> None:
         flog = self._log.bind(run=held.run_id, assignment=held.assignment_id)

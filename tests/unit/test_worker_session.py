@@ -342,7 +342,7 @@ def test_hello_carries_identity_incarnation_and_the_buffered_attempts(tmp_path: 
             assert (hello.worker_id, hello.incarnation, hello.slots, hello.cpu_millis, hello.memory_mb) == (
                 WORKER, 2, 2, 4000, 2048)
             assert [(c.key, c.value) for c in hello.environment] == sorted(MANIFEST.items())
-            assert hello.environment_id == ENV_ID and hello.protocol_version == 4
+            assert hello.environment_id == ENV_ID and hello.protocol_version == 5
             assert hello.software_version == "test"
             assert list(hello.buffered_attempt_ids) == [earlier] and list(hello.owned_assignment_ids) == []
             md = fake.streams[0].metadata
@@ -493,6 +493,68 @@ def test_protocol_4_sends_the_reports_of_a_group_as_one_batch_and_replays_a_cut_
             cut = [e[1] for e in fake.events if e[0] == "report"][0]
             assert fake.report_sends[cut] == 2 and cut in fake.streams[1].hello.buffered_attempt_ids
             assert len(ex.runs) == 4, "nothing ran twice"
+            assert await w.drain() is Ended.DRAINED
+        with reopen(config) as st:
+            assert st.depth == 0 and st.was_finished(AssignmentId(push.assignment_id))
+
+    asyncio.run(go())
+
+
+def test_protocol_5_finishes_a_group_acked_in_full_without_group_finished(tmp_path: Path) -> None:
+    """A coordinator of protocol 5 releases an assignment at its last report's commit: a group
+    whose every cell was acked ACCEPTED, or DUPLICATE after a replay of a batch cut before its
+    acks, is finished in the outbox with no GroupFinished on the wire; nothing runs twice."""
+    async def go() -> None:
+        fake = FakeCoordinator()
+        fake.protocol_version = 5
+        fake.cut_on_report = True
+        ex = FakeExecutor(block=True, files=False)
+        async with serving(fake) as port:
+            config = make_config(tmp_path, port)
+            w = Worker(config, ex)
+            await eventually(lambda: fake.streams, "a stream")
+            push = make_push(subjects=("s1", "s2", "s3"))
+            fake.send(Frame(assignment=push))
+            await eventually(lambda: len(ex.runs) == 3, "all three cells started")
+            ex.release.set()
+            await eventually(lambda: len(fake.streams) >= 2, "a reconnect after the cut")
+            await eventually(lambda: w.session.groups_finished == 1, "the group finished locally")
+            assert not w.session.held_assignment_ids and w.state.depth == 0
+            assert w.state.was_finished(AssignmentId(push.assignment_id))
+            assert fake.group_finished() == [], "no GroupFinished to a coordinator of protocol 5"
+            assert sorted(fake.reports) == sorted(c.attempt_id for c in push.cells)
+            cut = [e[1] for e in fake.events if e[0] == "report"][0]
+            assert fake.report_sends[cut] == 2, "the cut report was replayed"
+            assert len(ex.runs) == 3, "nothing ran twice"
+            # The next push on the same stream runs as usual.
+            push2 = make_push("run-1:add/r0:g2", subjects=("s1",))
+            fake.send(Frame(assignment=push2))
+            await eventually(lambda: w.session.groups_finished == 2, "the second group finished")
+            assert fake.group_finished() == [] and len(ex.runs) == 4
+            assert await w.drain() is Ended.DRAINED
+        with reopen(config) as st:
+            assert st.depth == 0 and not st.assignments()
+            assert st.was_finished(AssignmentId(push.assignment_id)) and st.was_finished(AssignmentId(push2.assignment_id))
+
+    asyncio.run(go())
+
+
+def test_protocol_5_still_sends_group_finished_when_a_cell_was_not_counted(tmp_path: Path) -> None:
+    """A LATE ack means the coordinator's assignment ended before that report: the worker
+    cannot know it was released by its reports, so it says GroupFinished as before."""
+    async def go() -> None:
+        fake = FakeCoordinator()
+        fake.protocol_version = 5
+        fake.report_outcome = common_pb2.ACK_OUTCOME_LATE
+        ex = FakeExecutor(files=False)
+        async with serving(fake) as port:
+            config = make_config(tmp_path, port)
+            w = Worker(config, ex)
+            await eventually(lambda: fake.streams, "a stream")
+            push = make_push()
+            fake.send(Frame(assignment=push))
+            await eventually(lambda: fake.group_finished() == [(push.assignment_id, "completed")], "group finished")
+            await eventually(lambda: not w.session.held_assignment_ids, "finished locally after its ack")
             assert await w.drain() is Ended.DRAINED
         with reopen(config) as st:
             assert st.depth == 0 and st.was_finished(AssignmentId(push.assignment_id))

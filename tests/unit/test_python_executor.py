@@ -144,6 +144,22 @@ def test_a_verifier_timeout_is_invalid(tmp_path: Path) -> None:
     assert r.verification == Verification.INVALID and "verifier timeout after 1s" in r.detail
 
 
+def test_subject_and_verifier_share_a_thread_but_keep_their_own_timeouts(tmp_path: Path) -> None:
+    """One thread runs both, yet each timeout counts from its own start: 0.6 s + 0.6 s passes
+    timeouts of 1 s each; a verifier that overruns after a slow subject is cut at its own 1 s."""
+    out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 0.6}},
+                                      {"params": {"mode": "sleep", "seconds": 0.6}, "timeoutSeconds": 1}, timeout_s=1))
+    r = out.report
+    assert (r.execution, r.verification, r.score) == (Execution.COMPLETED, Verification.VALID, 1.0), r.detail
+    assert elapsed >= 1.2
+    out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 0.8}},
+                                      {"params": {"mode": "sleep", "seconds": 3}, "timeoutSeconds": 1}, timeout_s=2,
+                                      attempt="run-1:add/r2/s1:a2"))
+    r = out.report
+    assert r.execution == Execution.COMPLETED and r.verification == Verification.INVALID
+    assert "verifier timeout after 1s" in r.detail and 1.7 <= elapsed < 2.6, (elapsed, r.detail)
+
+
 def test_the_context_carries_the_cell(tmp_path: Path) -> None:
     job = make_job(tmp_path, {"params": {"mode": "ctx", "k": 1}}, {"params": {"mode": "number"}},
                    declared=("FIXTURE_SECRET",), credentials={"FIXTURE_SECRET": SECRET, "UNDECLARED": "x"})

@@ -9,6 +9,12 @@ exception named `InfrastructureError` is UNKNOWN (retried). A timeout is a measu
 failure, but a thread cannot be killed, so it may still be running: the detail says so.
 The verifier runs as `fn(ctx, subject_result)` and returns a number or {"score": x}.
 No subprocess and no file per cell unless the callables write into `ctx.output_dir`.
+
+One thread hop per cell: the worker thread that ran the subject goes on to the verifier
+(waking a thread costs more than a no-op cell), each with its own timeout measured by the
+event loop. Should the loop give up on the subject first (its timeout, a cancel), a lock
+decides once whether the thread was still in the subject, and then it never starts the
+verifier; the verifier runs in a thread of its own, as it always did after a timeout.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import importlib
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -134,6 +141,57 @@ def _call(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
 
 _TIMEOUT = object()
 _CANCELLED = object()
+_DONE = object()
+
+
+class _Hop:
+    """What the loop and the worker thread of one cell agree on, under `lock`: whether the
+    subject returned (and when), and whether the loop gave up on it first."""
+
+    __slots__ = ("lock", "subject", "subject_done_at", "abandoned")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.subject: tuple[bool, Any] | None = None
+        self.subject_done_at = 0.0
+        self.abandoned = False
+
+    def give_up(self) -> bool:
+        """True if the subject had not returned: the thread will not start the verifier."""
+        with self.lock:
+            if self.subject is None:
+                self.abandoned = True
+                return True
+            return False
+
+
+def _subject_then_verifier(hop: _Hop, subject_fn: Callable[..., Any], ctx: CellContext,
+                           verifier_fn: Callable[..., Any], vctx: CellContext) -> tuple[tuple[bool, Any], Any]:
+    """In the worker thread: the subject, then (unless the loop gave up on the subject, or it
+    raised an infrastructure error) the verifier on its result. Never raises."""
+    subject = _call(subject_fn, ctx)
+    with hop.lock:
+        if hop.abandoned:
+            return subject, None
+        hop.subject = subject
+        hop.subject_done_at = time.monotonic()
+    ok, value = subject
+    if not ok and _is_infrastructure_error(value):
+        return subject, None
+    return subject, _call(verifier_fn, vctx, value if ok else None)
+
+
+async def _wait(fut: asyncio.Future[Any], timeout_s: float, cancel: asyncio.Event) -> object:
+    """_DONE, _TIMEOUT or _CANCELLED, whichever comes first."""
+    if not fut.done() and not cancel.is_set():
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait((fut, cancelled), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+    if cancel.is_set():
+        return _CANCELLED
+    return _DONE if fut.done() else _TIMEOUT
 
 
 async def _race(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float,
@@ -207,9 +265,41 @@ class PythonExecutor:
                       attempt_id=job.attempt_id, run_id=job.run_id, cell_id=job.cell_id,
                       task_id=job.task_id, subject_id=job.subject_id, bench_root=job.bench_root)
         ctx = CellContext(params=dict(job.subject.get("params") or {}), credentials=dict(credentials), **common)
-        got = await _race(subject_fn, (ctx,), job.subject_timeout_s, cancel)
-        if got is _CANCELLED:
-            return self._cancelled(ev, dirs, redactor, started)
+        vctx = CellContext(params=dict(job.verifier.get("params") or {}), credentials={}, **common)
+        timeout_s = int(job.verifier.get("timeoutSeconds", VERIFIER_TIMEOUT_SECONDS_DEFAULT))
+        hop = _Hop()
+        both = asyncio.get_running_loop().run_in_executor(None, _subject_then_verifier, hop, subject_fn, ctx,
+                                                          verifier_fn, vctx)
+        got: Any
+        verified: Any = None  # the verifier's (ok, value) or _TIMEOUT; None: run it on its own below
+        subject_deadline = time.monotonic() + job.subject_timeout_s
+        while True:
+            # The loop wakes at the subject's deadline, or earlier at the soonest moment the
+            # verifier's could pass (had the subject returned just then); once the subject has
+            # returned, at the verifier's own deadline. So both timeouts are kept exactly, and a
+            # cell that ends in time costs one wait.
+            now = time.monotonic()
+            with hop.lock:
+                done_at = hop.subject_done_at if hop.subject is not None else None
+            if done_at is None:
+                if now >= subject_deadline:
+                    if hop.give_up():
+                        got = _TIMEOUT
+                        break
+                    continue  # it returned just now
+                wait_s = min(subject_deadline, now + timeout_s) - now
+            else:
+                if now >= done_at + timeout_s:
+                    got, verified = hop.subject, _TIMEOUT
+                    break
+                wait_s = done_at + timeout_s - now
+            waited = await _wait(both, wait_s, cancel)
+            if waited is _CANCELLED:
+                hop.give_up()
+                return self._cancelled(ev, dirs, redactor, started)
+            if waited is _DONE:
+                got, verified = both.result()
+                break
         subject_result: Any = None
         if got is _TIMEOUT:
             ev.execution = Execution.SUBJECT_FAILED
@@ -233,9 +323,7 @@ class PythonExecutor:
                 ev.execution = Execution.SUBJECT_FAILED
                 ev.notes.append(f"subject raised {type(value).__name__}: {value}")
 
-        vctx = CellContext(params=dict(job.verifier.get("params") or {}), credentials={}, **common)
-        timeout_s = int(job.verifier.get("timeoutSeconds", VERIFIER_TIMEOUT_SECONDS_DEFAULT))
-        got = await _race(verifier_fn, (vctx, subject_result), timeout_s, cancel)
+        got = verified if verified is not None else await _race(verifier_fn, (vctx, subject_result), timeout_s, cancel)
         if got is _CANCELLED:
             return self._cancelled(ev, dirs, redactor, started)
         ev.verification = Verification.INVALID

@@ -998,11 +998,12 @@ class WorkerState:
             if first is None:
                 return
             ops = [first]
-            deadline = time.monotonic() + OUTBOX_GROUP_COMMIT_WAIT_MS / 1000
+            # Sleep out the window, then take what came: waiting on the queue instead would wake
+            # this thread (and make it contend for the GIL) once per operation that arrives.
+            time.sleep(OUTBOX_GROUP_COMMIT_WAIT_MS / 1000)
             while len(ops) < OUTBOX_GROUP_COMMIT_OPS_MAX:
                 try:
-                    remaining = deadline - time.monotonic()
-                    nxt = self._ops.get_nowait() if remaining <= 0 else self._ops.get(timeout=remaining)
+                    nxt = self._ops.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:

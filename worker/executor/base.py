@@ -261,16 +261,30 @@ def safe_name(attempt_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AttemptDirs:
+    """An attempt's scratch dirs under `root`. The others are derived when asked for: a cell
+    that makes no directory (most python cells) should not pay for building five paths."""
+
     root: Path
-    work: Path  # the cwd and HOME; deleted by the executor
-    tmp: Path  # TMPDIR; deleted by the executor
-    artifacts: Path  # logs; left for the session
-    output: Path  # FLEET_OUTPUT_DIR, below artifacts; every file becomes an artifact
 
     @classmethod
     def of(cls, work_root: Path, attempt_id: str) -> AttemptDirs:
-        root = work_root / safe_name(attempt_id)
-        return cls(root, root / "work", root / "tmp", root / "artifacts", root / "artifacts" / "output")
+        return cls(work_root / safe_name(attempt_id))
+
+    @property
+    def work(self) -> Path:  # the cwd and HOME; deleted by the executor
+        return self.root / "work"
+
+    @property
+    def tmp(self) -> Path:  # TMPDIR; deleted by the executor
+        return self.root / "tmp"
+
+    @property
+    def artifacts(self) -> Path:  # logs; left for the session
+        return self.root / "artifacts"
+
+    @property
+    def output(self) -> Path:  # FLEET_OUTPUT_DIR, below artifacts; every file becomes an artifact
+        return self.root / "artifacts" / "output"
 
     def create(self, *, with_tmp: bool) -> None:
         """Fresh directories; a leftover from an earlier life of this worker is removed first."""

@@ -64,6 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 NOOPBENCH = REPO / "tools" / "benchdata" / "noopbench"
 NAMES = ("w1", "commit", "refill", "idle", "upload", "reports")
+W1_SYSTEMS = ["fleet", "dask", "celery"]  # --w1-systems: the peers W1 runs after fleet
 ENVIRONMENT_ID = "env-bench-coordinator-1"
 SUBJECTS = 3
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -789,6 +790,8 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
 
     peers = {}
     for name, bench in (("dask", bench_peers.bench_dask), ("celery", bench_peers.bench_celery)):
+        if name not in W1_SYSTEMS:
+            continue
         got = bench(sz.w1_groups, sz.w1_repeats, root / f"w1-{name}", Proc, say)
         if got is not None:
             peers[name] = got
@@ -1360,6 +1363,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="commit only: run its coordinators with sys.setswitchinterval(MS) (default: Python's 5 ms)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, data dirs)")
     ap.add_argument("--w1-repeats", type=int, default=0, help="runs of W1 per system (default: 3, --quick 1)")
+    ap.add_argument("--w1-systems", default=",".join(W1_SYSTEMS),
+                    help="W1's systems, of fleet, dask, celery (default: all; fleet always runs)")
     a = ap.parse_args(argv)
     names = NAMES if not a.only else tuple(n.strip() for n in a.only.split(","))
     unknown = [n for n in names if n not in BENCHES]
@@ -1369,6 +1374,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.w1_repeats:
         sz = dataclasses.replace(sz, w1_repeats=a.w1_repeats)
     Profiler.gil = a.profile_gil
+    W1_SYSTEMS[:] = [n.strip() for n in a.w1_systems.split(",")]
     Coordinator.switch_interval_ms = a.switch_interval_ms
     root = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     say(f"bench_coordinator: {'quick' if a.quick else 'full'} run on {os.cpu_count()} cores, scratch {root}")

@@ -2,6 +2,8 @@
 
     python -m tools.simulate --seed 42              one run, one JSON object on stdout
     python -m tools.simulate --seeds 0-299 --check  many runs, invariants after every command
+    python -m tools.simulate --scale --workers 500 --cells 20000
+                                                    the scale scenario, smaller (tools/sim_scale.py)
     python -m tools.simulate --seeds 0-99 --order-check
                                                     each seed twice on one coordinator: a run,
                                                     then the same spec ordered from it; both
@@ -146,10 +148,12 @@ class SimWorker:
 
 class Simulation:
     def __init__(self, seed: int, *, check: bool, groups_tasks: int = 20, repetitions: int = 2,
-                 subjects: int = 3, workers: int = 3, quiet: bool = False) -> None:
+                 subjects: int = 3, workers: int = 3, quiet: bool = False, max_concurrent_groups: int = 4,
+                 slots: int | None = None) -> None:
         """`quiet`: only faults that lose no attempt to timing, and each attempt's outcome and
         duration drawn from the attempt itself (its cell and number), not from the order of
-        events. `next_run` goes on with a second run of the spec on the same fleet."""
+        events. `next_run` goes on with a second run of the spec on the same fleet. `slots`:
+        every worker's slots (None: drawn per worker from the seed)."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.check = check
@@ -157,6 +161,7 @@ class Simulation:
         self.faults = Faults.quiet(self.rng) if quiet else Faults.draw(self.rng)
         self.start_ms = 0  # when the current run was submitted
         self.now = 0
+        self.fault_window_ms = FAULT_WINDOW_MS
         self.events: list[tuple[int, int, str, tuple]] = []
         self.seq = 0
         self.trace: list[str] = []
@@ -178,7 +183,7 @@ class Simulation:
             "repetitions": repetitions,
             "budget": {"timeoutSeconds": 20},
             "verifier": {"command": "verify", "timeoutSeconds": 5},
-            "execution": {"maxConcurrentTaskGroups": 4},
+            "execution": {"maxConcurrentTaskGroups": max_concurrent_groups},
         }
         self.spec = parse_spec(spec_doc)
         self.policy = Policy(heartbeat_interval_ms=HEARTBEAT_MS, suspect_after_ms=3_500, expire_after_ms=15_000,
@@ -189,7 +194,7 @@ class Simulation:
         self.workers: dict[WorkerId, SimWorker] = {}
         for i in range(workers):
             wid = WorkerId(f"w{i + 1}")
-            self.workers[wid] = SimWorker(wid, slots=self.rng.choice([1, 1, 2, 3]))
+            self.workers[wid] = SimWorker(wid, slots=self.rng.choice([1, 1, 2, 3]) if slots is None else slots)
         self.skill = {s.id: self.rng.uniform(0.3, 0.9) for s in self.spec.subjects}
         self.env_failure_pending = self.faults.env_failure
         self.straggler_pending = self.faults.straggler
@@ -207,7 +212,7 @@ class Simulation:
             self.trace_dropped += 1
 
     def faulty(self) -> bool:
-        return self.now < self.start_ms + FAULT_WINDOW_MS
+        return self.now < self.start_ms + self.fault_window_ms
 
     def attempt_rng(self, attempt_id: str, what: str) -> random.Random:
         """In a quiet simulation, what happens to an attempt is drawn from the attempt (its
@@ -248,6 +253,10 @@ class Simulation:
             bad = self.monitor.observe(self.state)
             if bad:
                 raise SimFailure(self.seed, self.commands, self.now, f"{type(cmd).__name__}: {bad[0]}")
+        return self.deliver(t)
+
+    def deliver(self, t: Any) -> Any:
+        """Carry out a transition's effects (pushes and revokes travel the faulty network)."""
         for e in t.effects:
             if isinstance(e, PushAssignment):
                 self.stats["pushes"] += 1
@@ -764,7 +773,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-trace", action="store_true", help="leave the trace out of the report")
     ap.add_argument("--order-check", action="store_true",
                     help="per seed, a quiet run and the same spec ordered from it must select the same")
+    ap.add_argument("--scale", action="store_true",
+                    help="the scale scenario (tools/sim_scale.py): 10,000 workers x 4 slots, 1,000,000 cells, "
+                         "invariants checked incrementally and at checkpoints")
+    ap.add_argument("--no-check", action="store_true", help="with --scale: no invariant checks")
+    from tools import sim_scale  # it builds on this module, so it is imported once this one is loaded
+
+    sim_scale.add_arguments(ap)
     args = ap.parse_args(argv)
+    if args.scale:
+        return sim_scale.main(args)
     if args.order_check:
         seeds = args.seeds if args.seeds is not None else range(args.seed, args.seed + 1)
         started = time.perf_counter()

@@ -289,6 +289,9 @@ def _run_environment_measured(state: State, cmd: c.RunEnvironmentMeasured, fx: F
         _refuse(run, worker, _pin_refusal(run, fit), _differences(run.pin, fit.components), cmd.now_ms, fx)
         return ACCEPTED
     fx.append(Emit("worker_fits_run", run.run_id, worker.worker_id))
+    stamp = state.soft.free_stamp.get(worker.worker_id)
+    if stamp is not None:
+        _serving_add(state, worker, stamp)
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
 
@@ -320,6 +323,7 @@ def _run_pin_released(state: State, cmd: c.RunPinReleased, fx: Fx) -> Outcome:
     if problem:
         return rejected(Rejection.RUN_PIN_HELD, problem)
     run.pin, run.pinned_by, run.pinned_ms = None, WorkerId(""), 0
+    state.soft.serving.pop(run.run_id, None)  # workers of other environments may serve it now
     state.version += 1
     fx.append(Emit("run_pin_released", run.run_id, cmd.worker_id,
                    "its worker is gone and no selected result or running group depends on it"))
@@ -795,9 +799,45 @@ def _refresh_free(state: State, worker: WorkerState) -> None:
             and len(worker.assignments) < worker.slots)
     listed = worker.worker_id in state.free_workers
     if free and not listed:
-        state.free_workers[worker.worker_id] = None
+        _free_add(state, worker)
     elif listed and not free:
-        del state.free_workers[worker.worker_id]
+        _free_remove(state, worker.worker_id)
+
+
+# The free list's index (state.Soft): every change to `free_workers` goes through these two.
+
+def _free_add(state: State, worker: WorkerState) -> None:
+    soft = state.soft
+    state.free_workers[worker.worker_id] = None
+    if len(soft.free_stamp) + 1 != len(state.free_workers):
+        _free_index_rebuild(state)
+        return
+    stamp = soft.free_stamp[worker.worker_id] = soft.free_stamp_next
+    soft.free_stamp_next += 1
+    _serving_add(state, worker, stamp)
+
+
+def _free_remove(state: State, worker_id: WorkerId) -> None:
+    del state.free_workers[worker_id]
+    state.soft.free_stamp.pop(worker_id, None)
+
+
+def _serving_add(state: State, worker: WorkerState, stamp: int) -> None:
+    """A free worker may have begun to serve runs: into the heap of each run it serves."""
+    for run_id, heap in list(state.soft.serving.items()):
+        run = state.runs[run_id]
+        if _serves(run, worker):
+            if len(heap) > 2 * len(state.free_workers) + 64:
+                del state.soft.serving[run_id]  # mostly stale: rebuilt when next needed
+            else:
+                heapq.heappush(heap, (stamp, worker.worker_id))
+
+
+def _free_index_rebuild(state: State) -> None:
+    soft = state.soft
+    soft.free_stamp = {wid: i for i, wid in enumerate(state.free_workers)}
+    soft.free_stamp_next = len(soft.free_stamp)
+    soft.serving = {}
 
 
 def _release(state: State, assignment: AssignmentState, now: int, reason: str, fx: Fx) -> None:
@@ -876,14 +916,32 @@ def _fill(state: State, now: int, fx: Fx) -> None:
 
 
 def _pick_worker(state: State, run: RunState) -> WorkerState | None:
-    for wid in state.free_workers:
+    """The first free worker, in `free_workers` order, that serves the run and fits its
+    reservation. Found through the run's heap of (stamp, worker) (state.Soft), whose entries
+    are checked here: one whose stamp is not its worker's current one, or whose worker no
+    longer serves, is dropped (a worker that begins to serve is pushed again)."""
+    soft = state.soft
+    if len(soft.free_stamp) != len(state.free_workers):
+        _free_index_rebuild(state)  # after a snapshot was loaded: the index is not in it
+    heap = soft.serving.get(run.run_id)
+    if heap is None:
+        heap = soft.serving[run.run_id] = [(soft.free_stamp[wid], wid) for wid in state.free_workers
+                                           if _serves(run, state.workers[wid])]  # ascending: a heap
+    unfit = []
+    found = None
+    while heap:
+        stamp, wid = heap[0]
         worker = state.workers[wid]
-        if not _serves(run, worker):
-            continue
-        if not _fits(run.policy, worker.slots, worker.cpu_millis, worker.memory_mb):
-            continue
-        return worker
-    return None
+        if soft.free_stamp.get(wid) != stamp or not _serves(run, worker):
+            heapq.heappop(heap)
+        elif not _fits(run.policy, worker.slots, worker.cpu_millis, worker.memory_mb):
+            unfit.append(heapq.heappop(heap))
+        else:
+            found = worker
+            break
+    for entry in unfit:
+        heapq.heappush(heap, entry)
+    return found
 
 
 def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerState, now: int, fx: Fx) -> None:
@@ -915,7 +973,7 @@ def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerStat
         run.peak_active = run.active
     heapq.heappush(state.deadlines, (deadline, aid))
     # Round robin: the worker goes to the back of the free list, or leaves it when full.
-    del state.free_workers[worker.worker_id]
+    _free_remove(state, worker.worker_id)
     _refresh_free(state, worker)
     state.version += 1
     fx.append(PushAssignment(worker.worker_id, run.run_id, aid, group.generation, group.group_id,

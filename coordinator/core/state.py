@@ -194,13 +194,20 @@ class RunState:
 
 @dataclass(slots=True)
 class Soft:
-    """Liveness: rebuilt after a restart, never logged."""
+    """Liveness, and an index of durable state: rebuilt after a restart, never logged."""
 
     last_heard_ms: dict[WorkerId, int] = field(default_factory=dict)  # liveness (recovery shifts it)
     contact_ms: dict[WorkerId, int] = field(default_factory=dict)  # the last frame really heard
     # Workers whose stream their side ended while they were live: when it ended. A new hello
     # clears it; `stream_end_grace_ms` after it, the worker is lost (a logged decision).
     stream_ended_ms: dict[WorkerId, int] = field(default_factory=dict)
+    # An index derived from durable state, so that picking a worker for a run does not walk
+    # every free worker that cannot serve it (machine.py `_pick_worker`): each free worker's
+    # stamp, ascending in `free_workers` order, and per run a heap of (stamp, worker) holding
+    # at least every free worker that serves the run. Rebuilt from durable state when absent.
+    free_stamp: dict[WorkerId, int] = field(default_factory=dict)
+    free_stamp_next: int = 0
+    serving: dict[RunId, list[tuple[int, WorkerId]]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -11,7 +11,8 @@ from coordinator.core import commands as c
 from coordinator.core.effects import Emit
 from tools import sim_scale, simulate
 
-SMALL = dict(workers=500, cells=20_000, restarts=2, checkpoint_every=20_000, snapshot_every=15_000)
+# 500 workers as the fleet, 10,000 cells: about 6 CPU seconds here (20,000 cells: 12).
+SMALL = dict(workers=500, cells=10_000, restarts=2, checkpoint_every=20_000, snapshot_every=8_000)
 
 
 def test_a_scaled_run_holds_every_invariant_through_crashes_partitions_and_restarts() -> None:
@@ -19,8 +20,8 @@ def test_a_scaled_run_holds_every_invariant_through_crashes_partitions_and_resta
     acc, inv, faults = report["accounting"], report["invariants"], report["faults"]
     assert acc["state"] in ("complete", "incomplete")
     assert acc["lost"] == 0 and acc["duplicated"] == 0
-    assert acc["selected"] + acc["incomplete"] == 20_000
-    assert acc["selected"] > 19_000, "only cells out of attempts may stay incomplete"
+    assert acc["selected"] + acc["incomplete"] == 10_000
+    assert acc["selected"] > 9_500, "only cells out of attempts may stay incomplete"
     assert faults["coordinator_restarts"] == 2
     assert faults["worker_crashes"] >= 5 and faults["partitions"] >= 5
     assert inv["incremental_checks"] == report["durable_records"] > 0
@@ -30,7 +31,7 @@ def test_a_scaled_run_holds_every_invariant_through_crashes_partitions_and_resta
     assert inv["checkpoints_by_reason"]["at the end"] == 1
     assert inv["full_checkpoints"] >= 4 and inv["final_full_replay"]
     assert report["cost_per_command_us"]["core_step"] > 0
-    assert report["cost_per_command_us"]["by_kind"]["CellReported"]["count"] >= 20_000
+    assert report["cost_per_command_us"]["by_kind"]["CellReported"]["count"] >= 10_000
 
 
 def test_the_cli_prints_one_json_report(capsys: pytest.CaptureFixture[str]) -> None:

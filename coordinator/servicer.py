@@ -290,14 +290,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 # the process died; grpc cancels this handler then) unless we cut it: that end
                 # is news and starts the core's short grace. A cut of ours (too slow, refused)
                 # is not: the worker is alive and will reconnect, so it is treated as silence.
-                peer_ended = session.cut_reason in ("", STREAM_ENDED)
-                quiet_ms = int(1000 * (asyncio.get_running_loop().time() - session.frame_at))
-                try:
-                    self.actor.submit(Request(make=lambda now: c.WorkerStreamEnded(now, wid, quiet_ms) if peer_ended
-                                              else c.WorkerDisconnected(now, wid)))
-                except Overloaded:
-                    pass  # expiry will notice the silence anyway
+                self._ended(session, peer_ended=session.cut_reason in ("", STREAM_ENDED))
             log.info("session_closed", worker_id=wid, reason=session.cut_reason or "stream ended")
+
+    def _ended(self, session: Session, *, peer_ended: bool) -> None:
+        wid = session.worker_id
+        quiet_ms = int(1000 * (asyncio.get_running_loop().time() - session.frame_at))
+        try:
+            self.actor.submit(Request(make=lambda now: c.WorkerStreamEnded(now, wid, quiet_ms) if peer_ended
+                                      else c.WorkerDisconnected(now, wid)))
+        except Overloaded:
+            pass  # expiry will notice the silence anyway
 
     async def _register(self, session: Session, credential: str, hello: Any, environment: tuple, context: Any) -> None:
         wid = session.worker_id
@@ -307,6 +310,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         registered: asyncio.Future = loop.create_future()
 
         def done(t: Transition) -> None:
+            if registered.cancelled():
+                # The stream ended while the hello waited for the actor (a storm of thousands
+                # of hellos): nothing is left to attach, and the core learns of the end as of
+                # any other. Setting a result here would raise and lose the rest of the batch.
+                if t.outcome.ok:
+                    self._ended(session, peer_ended=True)
+                return
             # Attach before this batch's pushes are routed (completions run first), and only
             # when accepted: a refused hello must not cut the worker's live session.
             if t.outcome.ok:
@@ -732,7 +742,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         await self._auth(context)
         run_id = request.run_id if request.HasField("run_id") else None
         actor = self.actor
-        out = await submit(actor, query=lambda s: views.status(s, run_id, actor.last_now_ms))
+        view, shown, listed = request.workers_view, request.workers_shown, request.workers_listed_max
+        out = await submit(actor, query=lambda s: views.status(s, run_id, actor.last_now_ms, view, shown, listed))
         if run_id and not out.runs:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
         for wid, attempt_id, reason in self.hub.dead_letters:

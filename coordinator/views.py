@@ -7,6 +7,7 @@ thread for a whole walk.
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,10 @@ def timing(state: State) -> tuple[int, int, int]:
     return p.heartbeat_interval_ms, p.suspect_after_ms, p.expire_after_ms
 
 
-def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatusResponse:
+def status(state: State, run_id: str | None, now_ms: int, view: int = admin_pb2.WORKERS_VIEW_ALL,
+           shown: int = 0, listed_max: int = 0) -> admin_pb2.GetStatusResponse:
+    """Runs and workers; with `view` SUMMARY, a worker summary and the workers themselves only
+    when there are at most `listed_max` of them."""
     out = admin_pb2.GetStatusResponse()
     for rid, run in state.runs.items():
         if run_id and rid != run_id:
@@ -52,24 +56,76 @@ def status(state: State, run_id: str | None, now_ms: int) -> admin_pb2.GetStatus
             pin_environment_id=manifest_id(dict(run.pin)) if run.pin is not None else "", pinned_by=run.pinned_by,
             pinned_age_ms=max(0, now_ms - run.pinned_ms) if run.pin is not None else 0,
             order_from=run.policy.order_from if run.order else ""))
+    if view == admin_pb2.WORKERS_VIEW_SUMMARY:
+        out.worker_summary.CopyFrom(worker_summary(state, now_ms, shown or WORKERS_SHOWN_DEFAULT))
+        if len(state.workers) > listed_max:
+            return out
     for wid, w in state.workers.items():
-        # What was really heard last: a restart forgets soft state, and then a worker that
-        # expired or left says when, one still registered when it registered.
-        last = state.soft.contact_ms.get(wid)
-        if last is None:
-            last = w.left_ms or w.registered_ms
-        ws = admin_pb2.WorkerStatus(
-            worker_id=wid, status=w.status.name.lower() + (" draining" if w.draining else ""),
-            incarnation=w.incarnation, slots=w.slots, busy_slots=len(w.assignments),
-            last_heartbeat_age_ms=max(0, now_ms - last), environment_id=w.environment_id,
-            serves_runs=[r for r in w.fits if w.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED)
-                         and _serves(state, r, w)])
-        if w.refusal is not None:
-            ws.refused_run_id, ws.refused_reason = w.refusal.run_id, w.refusal.reason
-            ws.refused_age_ms = max(0, now_ms - w.refusal.at_ms)
-            ws.refused_differences.extend(codec.differences(w.refusal.differences[:REFUSAL_DIFFERENCES_SHOWN_MAX]))
-        out.workers.append(ws)
+        out.workers.append(_worker_status(state, wid, w, now_ms))
     return out
+
+
+WORKERS_SHOWN_DEFAULT = 5
+WORKERS_SHOWN_MAX = 100
+LIVE = (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING)
+
+
+def _last_heard(state: State, wid: str, w) -> int:
+    # What was really heard last: a restart forgets soft state, and then a worker that
+    # expired or left says when, one still registered when it registered.
+    last = state.soft.contact_ms.get(wid)
+    if last is None:
+        last = w.left_ms or w.registered_ms
+    return last
+
+
+def _status_name(w) -> str:
+    return w.status.name.lower() + (" draining" if w.draining else "")
+
+
+def _worker_status(state: State, wid: str, w, now_ms: int) -> admin_pb2.WorkerStatus:
+    ws = admin_pb2.WorkerStatus(
+        worker_id=wid, status=_status_name(w),
+        incarnation=w.incarnation, slots=w.slots, busy_slots=len(w.assignments),
+        last_heartbeat_age_ms=max(0, now_ms - _last_heard(state, wid, w)), environment_id=w.environment_id,
+        serves_runs=[r for r in w.fits if w.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED)
+                     and _serves(state, r, w)])
+    if w.refusal is not None:
+        ws.refused_run_id, ws.refused_reason = w.refusal.run_id, w.refusal.reason
+        ws.refused_age_ms = max(0, now_ms - w.refusal.at_ms)
+        ws.refused_differences.extend(codec.differences(w.refusal.differences[:REFUSAL_DIFFERENCES_SHOWN_MAX]))
+    return ws
+
+
+def worker_summary(state: State, now_ms: int, shown: int) -> admin_pb2.WorkerSummary:
+    """Counts by state, the `shown` registered workers longest unheard and the first `shown`
+    refused ones: one pass over the workers and a proto for only those named (at 10,000
+    workers the full list costs the actor thread tens of ms and is a megabyte)."""
+    shown = min(shown, WORKERS_SHOWN_MAX)
+    counts: dict[str, int] = {}
+    slots = busy = refused_total = 0
+    refused: list[str] = []
+    heard: list[tuple[int, str]] = []
+    contact = state.soft.contact_ms
+    for wid, w in state.workers.items():
+        name = _status_name(w)
+        counts[name] = counts.get(name, 0) + 1
+        slots += w.slots
+        busy += len(w.assignments)
+        if w.refusal is not None:
+            refused_total += 1
+            if len(refused) < shown:
+                refused.append(wid)
+        if w.status in LIVE:
+            last = contact.get(wid)
+            heard.append((last if last is not None else (w.left_ms or w.registered_ms), wid))
+    slowest = heapq.nsmallest(shown, heard)
+    workers = state.workers
+    return admin_pb2.WorkerSummary(
+        total=len(workers), slots=slots, busy_slots=busy, refused_total=refused_total,
+        counts=[admin_pb2.WorkerCount(state=k, count=n) for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))],
+        slowest=[_worker_status(state, wid, workers[wid], now_ms) for _, wid in slowest],
+        refused=[_worker_status(state, wid, workers[wid], now_ms) for wid in refused])
 
 
 REFUSAL_DIFFERENCES_SHOWN_MAX = 50

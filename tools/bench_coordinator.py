@@ -128,6 +128,18 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+def raise_nofile() -> tuple[int, int]:
+    """This process's soft RLIMIT_NOFILE raised to its hard limit (children inherit it): a
+    bench of thousands of sessions needs a descriptor per connection on both sides. Nothing
+    outside the processes started here is changed. Returns (soft, hard) after."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
 # ---- processes ---------------------------------------------------------------------------------
 
 class Proc:
@@ -467,6 +479,7 @@ class Sim:
         self.rejected: collections.Counter[str] = collections.Counter()
         self.pushes = 0
         self.registered = False
+        self.hello_retries = 0
         self.error = ""
         # refill (1 slot): the previous group's release as seen here
         self.released_at: float | None = None
@@ -481,14 +494,29 @@ class Sim:
             self.pending[self.seq] = (kind, aid)
         self.out.put_nowait(coordinator_pb2.WorkerFrame(seq=self.seq, **body))
 
-    async def run(self) -> None:
-        channel = aio_channel(self.cfg["address"])
+    async def run(self, shared: grpc.aio.Channel | None = None) -> None:
+        """`shared`: a channel several simulated workers multiplex their streams over (one TCP
+        connection for many sessions); without it, a connection of its own, as per VM."""
+        channel = shared or aio_channel(self.cfg["address"])
         md = (("authorization", f"Bearer {self.cfg['token']}"), ("x-fleet-worker-id", self.worker_id))
         tasks: list[asyncio.Task] = []
         try:
-            call = coordinator_pb2_grpc.CoordinatorStub(channel).Session(metadata=md)
-            await call.write(hello_frame(self.worker_id, self.slots, self.cfg.get("protocol", 3)))
-            first = await asyncio.wait_for(call.read(), 60)
+            attempts = self.cfg.get("hello_attempts", 1)
+            for attempt in range(attempts):
+                # As fleet-worker: a session that fails before its welcome is opened again
+                # after a jittered backoff (only with hello_attempts > 1).
+                call = coordinator_pb2_grpc.CoordinatorStub(channel).Session(metadata=md)
+                try:
+                    await call.write(hello_frame(self.worker_id, self.slots, self.cfg.get("protocol", 3)))
+                    first = await asyncio.wait_for(call.read(), 60)
+                except (grpc.aio.AioRpcError, asyncio.TimeoutError):
+                    if attempt + 1 == attempts or self.cfg["_stop"].is_set():
+                        raise
+                    call.cancel()
+                    self.hello_retries += 1
+                    await asyncio.sleep(random.uniform(0.5, 1.0) * min(8.0, 0.5 * 2 ** attempt))
+                    continue
+                break
             if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
                 self.error = f"no welcome: {first}"
                 return
@@ -502,7 +530,7 @@ class Sim:
             await self.cfg["_stop"].wait()
             self.stopping = True
         except (grpc.aio.AioRpcError, asyncio.TimeoutError) as e:
-            self.error = f"{type(e).__name__}: {getattr(e, 'code', lambda: '')()}"
+            self.error = f"{type(e).__name__}: {getattr(e, 'code', lambda: '')()} {getattr(e, 'details', lambda: '')()}"
         finally:
             for t in tasks:
                 t.cancel()
@@ -511,7 +539,8 @@ class Sim:
                     await t
                 except BaseException:  # noqa: BLE001 - ending on purpose
                     pass
-            await channel.close(grace=None)
+            if shared is None:
+                await channel.close(grace=None)
 
     async def _writer(self, call: Any) -> None:
         while True:
@@ -548,10 +577,11 @@ class Sim:
                 self._on_ack(ack)
         elif kind == "assignment":
             self._on_push(frame.assignment)
-        elif kind == "run_offer":  # a run submitted without a manifest names no key
+        elif kind == "run_offer":  # what this worker measures for each key (a key it lacks: "")
+            measure = self.cfg.get("measure") or {}
             self.send("", "", run_environment=coordinator_pb2.RunEnvironment(
-                run_id=frame.run_offer.run_id, components=[common_pb2.EnvironmentComponent(key=k, value="")
-                                                           for k in frame.run_offer.keys]))
+                run_id=frame.run_offer.run_id, components=[
+                    common_pb2.EnvironmentComponent(key=k, value=measure.get(k, "")) for k in frame.run_offer.keys]))
 
     def _on_push(self, p: Any) -> None:
         now = mono()
@@ -637,12 +667,21 @@ async def _client_async(cfg: dict) -> dict:
 
     watcher = asyncio.create_task(watch_stop())
     ramp = cfg.get("ramp_s", 0.0)
+    per_channel = cfg.get("streams_per_channel", 1)
+    channels: list[grpc.aio.Channel] = []
     runs = []
     for i, s in enumerate(sims):
-        runs.append(asyncio.create_task(s.run()))
+        shared = None
+        if per_channel > 1:
+            if i % per_channel == 0:
+                channels.append(aio_channel(cfg["address"]))
+            shared = channels[-1]
+        runs.append(asyncio.create_task(s.run(shared)))
         if ramp:
             await asyncio.sleep(ramp / len(sims))
     await asyncio.gather(*runs, return_exceptions=True)
+    for ch in channels:
+        await ch.close(grace=None)
     await watcher
     rejected: collections.Counter[str] = collections.Counter()
     for s in sims:
@@ -650,6 +689,7 @@ async def _client_async(cfg: dict) -> dict:
     errors = [f"{s.worker_id}: {s.error}" for s in sims if s.error]
     return {
         "registered": sum(s.registered for s in sims),
+        "hello_retries": sum(s.hello_retries for s in sims),
         "errors": errors[:10], "error_count": len(errors),
         "pushes": sum(s.pushes for s in sims),
         "repeats": sum(s.repeats for s in sims),
@@ -663,6 +703,7 @@ async def _client_async(cfg: dict) -> dict:
 def _client(argv: list[str]) -> int:
     """`python -m tools.bench_coordinator _client CONFIG.json`: prints one JSON line."""
     cfg = json.loads(Path(argv[0]).read_text())
+    raise_nofile()
     out = asyncio.run(_client_async(cfg))
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
@@ -673,28 +714,36 @@ class Clients:
 
     def __init__(self, root: Path, coord: Coordinator, *, mode: str, workers: int, processes: int,
                  slots: int = 1, hold_ms: tuple[int, int] | None = None, ramp_s: float = 0.0,
-                 protocol: int = 3) -> None:
+                 protocol: int = 3, name: str = "", streams_per_channel: int = 1,
+                 measure: dict[str, str] | None = None, deadline_s: float = CLIENT_DEADLINE_S,
+                 hello_attempts: int = 1) -> None:
+        """`name` tells apart several sets of clients of one coordinator (worker ids, files);
+        `measure`: what the workers answer a run offer with, key by key."""
         self.root = root
-        self.stop_file = root / f"stop-{mode}"
+        name = name or mode
+        self.stop_file = root / f"stop-{name}"
         self.procs: list[Proc] = []
         self.outputs: list[Path] = []
-        ids = [f"sim-{i:05d}" for i in range(workers)]
+        prefix = "sim" if name == mode else name
+        ids = [f"{prefix}-{i:05d}" for i in range(workers)]
         for p in range(processes):
             cfg = {"address": coord.address, "token": coord.enroll_token, "mode": mode, "slots": slots,
                    "hold_ms": list(hold_ms) if hold_ms else None, "workers": ids[p::processes],
-                   "stop_file": str(self.stop_file), "deadline": mono() + CLIENT_DEADLINE_S, "ramp_s": ramp_s,
-                   "protocol": protocol}
-            cfg_path = root / f"client-{mode}-{p}.json"
+                   "stop_file": str(self.stop_file), "deadline": mono() + deadline_s, "ramp_s": ramp_s,
+                   "protocol": protocol, "streams_per_channel": streams_per_channel, "measure": measure or {},
+                   "hello_attempts": hello_attempts}
+            cfg_path = root / f"client-{name}-{p}.json"
             cfg_path.write_text(json.dumps(cfg))
-            out_path = root / f"client-{mode}-{p}.out"
+            out_path = root / f"client-{name}-{p}.out"
             self.outputs.append(out_path)
-            self.procs.append(Proc(f"client {mode} {p}", [PY, "-m", "tools.bench_coordinator", "_client",
-                                                         str(cfg_path)], root / f"client-{mode}-{p}.log",
+            self.procs.append(Proc(f"client {name} {p}", [PY, "-m", "tools.bench_coordinator", "_client",
+                                                         str(cfg_path)], root / f"client-{name}-{p}.log",
                                    stdout=out_path.open("wb")))
 
     def finish(self, timeout_s: float = 60) -> dict:
         self.stop_file.touch()
-        merged: dict = {"registered": 0, "errors": [], "error_count": 0, "pushes": 0, "repeats": 0, "accepted_at": [],
+        merged: dict = {"registered": 0, "hello_retries": 0, "errors": [], "error_count": 0, "pushes": 0, "repeats": 0,
+                        "accepted_at": [],
                         "refill": [], "rejected": collections.Counter(), "cpu_s": 0.0}
         for proc, out in zip(self.procs, self.outputs):
             try:
@@ -706,8 +755,8 @@ class Clients:
             except (OSError, IndexError, json.JSONDecodeError):
                 merged["errors"].append(f"{proc.name} gave no result\n{proc.tail()}")
                 continue
-            for k in ("registered", "error_count", "pushes", "repeats"):
-                merged[k] += got[k]
+            for k in ("registered", "error_count", "pushes", "repeats", "hello_retries"):
+                merged[k] += got.get(k, 0)
             merged["cpu_s"] += got["cpu_s"]
             merged["errors"] += got["errors"]
             merged["accepted_at"] += got["accepted_at"]

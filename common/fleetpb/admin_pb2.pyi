@@ -17,12 +17,21 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATE_BLOCKED: _ClassVar[RunState]
     RUN_STATE_COMPLETE: _ClassVar[RunState]
     RUN_STATE_INCOMPLETE: _ClassVar[RunState]
+
+class WorkersView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKERS_VIEW_UNSPECIFIED: _ClassVar[WorkersView]
+    WORKERS_VIEW_ALL: _ClassVar[WorkersView]
+    WORKERS_VIEW_SUMMARY: _ClassVar[WorkersView]
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_RUNNING: RunState
 RUN_STATE_PAUSED: RunState
 RUN_STATE_BLOCKED: RunState
 RUN_STATE_COMPLETE: RunState
 RUN_STATE_INCOMPLETE: RunState
+WORKERS_VIEW_UNSPECIFIED: WorkersView
+WORKERS_VIEW_ALL: WorkersView
+WORKERS_VIEW_SUMMARY: WorkersView
 
 class SubmitRunRequest(_message.Message):
     __slots__ = ("spec_json", "policy_json", "run_id", "manifest", "worker_keys", "bench_root")
@@ -49,10 +58,42 @@ class SubmitRunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
-    __slots__ = ("run_id",)
+    __slots__ = ("run_id", "workers_view", "workers_shown", "workers_listed_max")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_VIEW_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_SHOWN_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_LISTED_MAX_FIELD_NUMBER: _ClassVar[int]
     run_id: str
-    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    workers_view: WorkersView
+    workers_shown: int
+    workers_listed_max: int
+    def __init__(self, run_id: _Optional[str] = ..., workers_view: _Optional[_Union[WorkersView, str]] = ..., workers_shown: _Optional[int] = ..., workers_listed_max: _Optional[int] = ...) -> None: ...
+
+class WorkerCount(_message.Message):
+    __slots__ = ("state", "count")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    count: int
+    def __init__(self, state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class WorkerSummary(_message.Message):
+    __slots__ = ("total", "counts", "slots", "busy_slots", "slowest", "refused", "refused_total")
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SLOWEST_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    total: int
+    counts: _containers.RepeatedCompositeFieldContainer[WorkerCount]
+    slots: int
+    busy_slots: int
+    slowest: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    refused: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    refused_total: int
+    def __init__(self, total: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[WorkerCount, _Mapping]]] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., slowest: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., refused: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., refused_total: _Optional[int] = ...) -> None: ...
 
 class GroupCount(_message.Message):
     __slots__ = ("state", "count")
@@ -143,14 +184,16 @@ class DeadLetterStatus(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("runs", "workers", "dead_letters")
+    __slots__ = ("runs", "workers", "dead_letters", "worker_summary")
     RUNS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     runs: _containers.RepeatedCompositeFieldContainer[RunStatus]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     dead_letters: _containers.RepeatedCompositeFieldContainer[DeadLetterStatus]
-    def __init__(self, runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., dead_letters: _Optional[_Iterable[_Union[DeadLetterStatus, _Mapping]]] = ...) -> None: ...
+    worker_summary: WorkerSummary
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., dead_letters: _Optional[_Iterable[_Union[DeadLetterStatus, _Mapping]]] = ..., worker_summary: _Optional[_Union[WorkerSummary, _Mapping]] = ...) -> None: ...
 
 class GetResultsRequest(_message.Message):
     __slots__ = ("run_id", "page_size", "page_token")

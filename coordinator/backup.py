@@ -38,12 +38,12 @@ import lmdb
 from common.durable import fsync_dir
 from coordinator.actor import recover_with_time
 from coordinator.artifacts import ArtifactStore
-from coordinator.auth import CREDENTIALS_FILE
+from coordinator.auth import CREDENTIALS_FILE, CREDENTIALS_LOG
 from coordinator.errors import ArtifactCorrupt, StorageError
 from coordinator.store import LOCK_FILE_NAME, WAL_DIR_NAME, Store
 
 MANIFEST_FILE = "BACKUP.json"
-TOKEN_FILES = ("admin.token", "enroll.token", CREDENTIALS_FILE)
+TOKEN_FILES = ("admin.token", "enroll.token", CREDENTIALS_FILE, CREDENTIALS_LOG)
 SECRET_FILE_MODE = 0o600
 ARTIFACT_FILE_MODE = 0o444
 

@@ -48,6 +48,7 @@ WATCH_QUEUE_EVENTS_MAX = 1_000
 # Heartbeats of all sessions are handed to the actor together at most this often: 1,000
 # workers beating once a second cost a few actor wake-ups a second, not a thousand.
 HEARTBEAT_COALESCE_MS = 50
+LIVENESS_SLICES = 8  # passes of _refresh_liveness per heartbeat interval
 PER_CELL_EVENTS = ("cell_selected", "cell_retryable")
 DEAD_LETTERS_KEPT_MAX = 10_000
 SUBMIT_RETRY_S = 0.002
@@ -333,8 +334,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             log.warning("worker_refused", worker_id=wid, rejection=t.outcome.rejection.name, detail=t.outcome.detail)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{t.outcome.rejection.name}: {t.outcome.detail}")
             return
-        if credential:
-            self.tokens.commit_enrollment(wid, credential)
+        if credential:  # an fsync: off the event loop, shared by the enrollments that arrive together
+            await asyncio.to_thread(self.tokens.commit_enrollment, wid, credential)
         interval, suspect, expire = await submit(self.actor, query=views.timing)
         # Transport liveness only where the transport notices a dead peer before the policy
         # would suspect it; otherwise the worker keeps beating every interval as before.
@@ -577,15 +578,21 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         loop = asyncio.get_running_loop()
         now = loop.time()
         interval = hub.heartbeat_interval_s
-        live = False
-        for session in list(hub.sessions.values()):
-            if not session.transport_liveness or session.cut_reason:
-                continue
-            live = True
-            if now - session.beat_at >= interval * 0.9:
+        # In LIVENESS_SLICES passes per interval, each refreshing at most its share (and a
+        # half) of the due sessions: 10,000 sessions that registered together would otherwise
+        # all come due at once, a 10,000-command request holding the actor some 50 ms every
+        # interval (refills wait behind it); sliced, a pass holds it a few ms. A session left
+        # over waits a pass (interval / LIVENESS_SLICES), well inside the suspicion window.
+        due = [s for s in hub.sessions.values()
+               if s.transport_liveness and not s.cut_reason]
+        cap = max(1, -(-len(due) * 3 // (2 * LIVENESS_SLICES)))
+        refreshed = 0
+        for session in due:
+            if refreshed < cap and now - session.beat_at >= interval * 0.9:
                 session.beat_at = now
+                refreshed += 1
                 self._heartbeat(session, session.owned)
-        hub.liveness_refresh = loop.call_later(interval, self._refresh_liveness) if live else None
+        hub.liveness_refresh = loop.call_later(interval / LIVENESS_SLICES, self._refresh_liveness) if due else None
 
     def _flush_heartbeats(self) -> None:
         self.hub.heartbeat_flush = None

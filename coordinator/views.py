@@ -79,8 +79,11 @@ def _last_heard(state: State, wid: str, w) -> int:
     return last
 
 
+_STATUS_NAMES = {(st, d): st.name.lower() + (" draining" if d else "") for st in WorkerStatus for d in (False, True)}
+
+
 def _status_name(w) -> str:
-    return w.status.name.lower() + (" draining" if w.draining else "")
+    return _STATUS_NAMES[w.status, bool(w.draining)]
 
 
 def _worker_status(state: State, wid: str, w, now_ms: int) -> admin_pb2.WorkerStatus:

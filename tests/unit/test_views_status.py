@@ -48,3 +48,42 @@ def test_status_shows_a_refusal_with_both_values_and_the_runs_pin() -> None:
     (run,) = out.runs
     assert run.environment_id.startswith("env-") and run.reference_keys == 2
     assert run.pinned_by == "w1" and run.pin_environment_id.startswith("env-")
+
+
+def test_the_worker_summary_of_ten_thousand_workers_is_small_and_names_the_slowest_and_refused() -> None:
+    """GetStatus with WORKERS_VIEW_SUMMARY: counts by state, the longest unheard registered
+    workers (an expired one is counted, never 'slowest'), the refused with their total, and
+    the workers themselves only for a fleet of at most `listed_max`; stepped without the
+    invariant monitor (10,000 workers)."""
+    from common.fleetpb import admin_pb2
+    from common.ids import WorkerId
+    from coordinator.core import commands as c
+    from coordinator.core import new_state, step
+    from coordinator.core.state import Refusal
+
+    s, now = new_state(), 1_000_000
+    for i in range(10_000):
+        s, _ = step(s, c.WorkerRegistered(now, WorkerId(f"w{i:05d}"), 1, 2, "env"))
+    s, _ = step(s, c.WorkerDisconnected(now, WorkerId("w00000")))
+    now += 2_000
+    for i in range(2, 10_000):  # w00001 stays silent, so it is the slowest registered worker
+        s, _ = step(s, c.HeartbeatReceived(now, WorkerId(f"w{i:05d}"), ()))
+    s, _ = step(s, c.WorkerGone(now, WorkerId("w00000")))
+    for i in range(0, 10_000, 1_000):
+        s.workers[WorkerId(f"w{i + 7:05d}")].refusal = Refusal("run-x", "environment differs", (), now)
+    out = views.status(s, None, now + 1_000, admin_pb2.WORKERS_VIEW_SUMMARY, 5, 20)
+    ws = out.worker_summary
+    assert not out.workers and out.ByteSize() < 10_000
+    assert ws.total == 10_000 and {c.state: c.count for c in ws.counts} == {"active": 9_999, "gone": 1}
+    assert ws.counts[0].state == "active" and ws.slots == 20_000 and ws.busy_slots == 0
+    assert [w.worker_id for w in ws.slowest][0] == "w00001" and len(ws.slowest) == 5
+    assert "w00000" not in [w.worker_id for w in ws.slowest]
+    assert ws.slowest[0].last_heartbeat_age_ms == 3_000
+    assert ws.refused_total == 10 and [w.worker_id for w in ws.refused] == [f"w0{k}007" for k in range(5)]
+    assert ws.refused[0].refused_run_id == "run-x"
+    full = views.status(s, None, now, admin_pb2.WORKERS_VIEW_ALL)
+    assert len(full.workers) == 10_000 and not full.HasField("worker_summary")
+    small = new_state()
+    small, _ = step(small, c.WorkerRegistered(now, WorkerId("w1"), 1, 1, "env"))
+    listed = views.status(small, None, now, admin_pb2.WORKERS_VIEW_SUMMARY, 5, 20)
+    assert [w.worker_id for w in listed.workers] == ["w1"] and listed.worker_summary.total == 1

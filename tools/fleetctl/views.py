@@ -60,17 +60,28 @@ def status_json(resp: Any) -> dict:
                                   "pin_id": r.pin_environment_id or None, "pinned_by": r.pinned_by or None,
                                   "pinned_age_ms": r.pinned_age_ms if r.pin_environment_id else None}}
                  for r in resp.runs],
-        "workers": [{"worker_id": w.worker_id, "status": w.status, "incarnation": w.incarnation, "slots": w.slots,
-                     "busy_slots": w.busy_slots, "last_heartbeat_age_ms": w.last_heartbeat_age_ms,
-                     "environment_id": w.environment_id, "serves_runs": list(w.serves_runs),
-                     "refusal": {"run_id": w.refused_run_id, "reason": w.refused_reason,
-                                 "age_ms": w.refused_age_ms,
-                                 "differences": [{"key": d.key, "run": d.run_value, "worker": d.worker_value}
-                                                 for d in w.refused_differences]} if w.refused_run_id else None}
-                    for w in resp.workers],
+        "workers": [worker_json(w) for w in resp.workers],
         "dead_letters": [{"worker_id": d.worker_id, "attempt_id": d.attempt_id, "reason": d.reason}
                          for d in resp.dead_letters],
+        **({"worker_summary": summary_json(resp.worker_summary)} if resp.HasField("worker_summary") else {}),
     }
+
+
+def worker_json(w: Any) -> dict:
+    return {"worker_id": w.worker_id, "status": w.status, "incarnation": w.incarnation, "slots": w.slots,
+            "busy_slots": w.busy_slots, "last_heartbeat_age_ms": w.last_heartbeat_age_ms,
+            "environment_id": w.environment_id, "serves_runs": list(w.serves_runs),
+            "refusal": {"run_id": w.refused_run_id, "reason": w.refused_reason,
+                        "age_ms": w.refused_age_ms,
+                        "differences": [{"key": d.key, "run": d.run_value, "worker": d.worker_value}
+                                        for d in w.refused_differences]} if w.refused_run_id else None}
+
+
+def summary_json(s: Any) -> dict:
+    """GetStatusResponse.worker_summary (asked for with WORKERS_VIEW_SUMMARY)."""
+    return {"total": s.total, "counts": {c.state: c.count for c in s.counts}, "slots": s.slots,
+            "busy_slots": s.busy_slots, "slowest": [worker_json(w) for w in s.slowest],
+            "refused": [worker_json(w) for w in s.refused], "refused_total": s.refused_total}
 
 
 def age(ms: int) -> str:
@@ -112,22 +123,35 @@ WORKERS_SLOWEST_SHOWN = 5
 WORKERS_REFUSED_SHOWN = 5
 
 
-def print_workers_summary(workers: list[dict]) -> None:
+GONE_STATES = ("expired", "gone")  # no longer registered: counted, never "slowest"
+
+
+def summarise_workers(workers: list[dict], shown: int = WORKERS_SLOWEST_SHOWN) -> dict:
+    """The summary a coordinator builds (coordinator/views.py worker_summary), from a full
+    list: for a coordinator that answers only with the list."""
     counts: dict[str, int] = {}
     for w in workers:
         counts[w["status"]] = counts.get(w["status"], 0) + 1
-    busy, slots = sum(w["busy_slots"] for w in workers), sum(w["slots"] for w in workers)
-    print(f"{len(workers)} workers: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda x: -x[1]))
-          + f"; {busy}/{slots} slots busy (list them all with: fleetctl status --workers)")
-    slowest = sorted(workers, key=lambda w: -w["last_heartbeat_age_ms"])[:WORKERS_SLOWEST_SHOWN]
-    print("slowest to be heard from:")
-    print(table([[w["worker_id"], w["status"], age(w["last_heartbeat_age_ms"]), f"{w['busy_slots']}/{w['slots']}"]
-                 for w in slowest], ["  worker", "status", "last heard", "busy"]))
+    live = [w for w in workers if w["status"].split()[0] not in GONE_STATES]
     refused = [w for w in workers if w["refusal"]]
-    if refused:
-        print(f"{len(refused)} workers refused by a run" + (f" (the first {WORKERS_REFUSED_SHOWN}):"
-                                                            if len(refused) > WORKERS_REFUSED_SHOWN else ":"))
-        for w in refused[:WORKERS_REFUSED_SHOWN]:
+    return {"total": len(workers), "counts": dict(sorted(counts.items(), key=lambda x: (-x[1], x[0]))),
+            "slots": sum(w["slots"] for w in workers), "busy_slots": sum(w["busy_slots"] for w in workers),
+            "slowest": sorted(live, key=lambda w: -w["last_heartbeat_age_ms"])[:shown],
+            "refused": refused[:WORKERS_REFUSED_SHOWN], "refused_total": len(refused)}
+
+
+def print_workers_summary(summary: dict) -> None:
+    print(f"{summary['total']} workers: " + ", ".join(f"{n} {state}" for state, n in summary["counts"].items())
+          + f"; {summary['busy_slots']}/{summary['slots']} slots busy (list them all with: fleetctl status --workers)")
+    slowest = summary["slowest"]
+    if slowest:
+        print("slowest to be heard from:")
+        print(table([[w["worker_id"], w["status"], age(w["last_heartbeat_age_ms"]), f"{w['busy_slots']}/{w['slots']}"]
+                     for w in slowest], ["  worker", "status", "last heard", "busy"]))
+    refused, total = summary["refused"], summary["refused_total"]
+    if total:
+        print(f"{total} workers refused by a run" + (f" (the first {len(refused)}):" if total > len(refused) else ":"))
+        for w in refused:
             print(refusal_lines(w["worker_id"], w["refusal"]))
 
 
@@ -158,8 +182,11 @@ def print_status(data: dict, list_workers: bool = False) -> None:
               f"{r['slots_offered']} slots offered)")
         print("  " + environment_line(r["environment"]))
         print("  dispatch order: " + order_text(r["order_from"]))
-    if len(data["workers"]) > WORKERS_LISTED_MAX and not list_workers:
-        print_workers_summary(data["workers"])
+    summary = data.get("worker_summary")
+    if summary is not None and summary["total"] > len(data["workers"]):
+        print_workers_summary(summary)  # the coordinator sent the summary alone
+    elif len(data["workers"]) > WORKERS_LISTED_MAX and not list_workers:
+        print_workers_summary(summarise_workers(data["workers"]))
     elif data["workers"]:
         print(table([[w["worker_id"], w["status"], w["incarnation"], f"{w['busy_slots']}/{w['slots']}",
                       age(w["last_heartbeat_age_ms"]), w["environment_id"], len(w["serves_runs"]),

@@ -93,6 +93,11 @@ KEEPALIVE_TIMEOUT_MS = 10_000
 # dead peer is noticed within TRANSPORT_DEAD_AFTER_MS, inside the default suspicion window.
 SERVER_KEEPALIVE_TIME_MS = 1_000
 SERVER_KEEPALIVE_TIMEOUT_MS = 2_000
+# Calls the gRPC server accepts before the coordinator's event loop has picked them up
+# (gRPC core's defaults, 1,000 and a hard 3,000, refuse streams at random past the first: a
+# fleet of 10,000 reconnecting at once after a coordinator restart lost hundreds of hellos).
+SERVER_PENDING_CALLS_MAX = 20_000
+SERVER_PENDING_CALLS_HARD_MAX = 30_000
 TRANSPORT_DEAD_AFTER_MS = SERVER_KEEPALIVE_TIME_MS + SERVER_KEEPALIVE_TIMEOUT_MS
 # A protocol-4 worker whose heartbeat would say nothing new still sends one this often.
 IDLE_HEARTBEAT_INTERVAL_MS = 30_000

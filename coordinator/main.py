@@ -64,6 +64,9 @@ def grpc_options() -> list[tuple[str, int]]:
         # The least interval of the workers' pings (every KEEPALIVE_TIME_MS) accepted without
         # data: gRPC core's GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS.
         ("grpc.http2.min_ping_interval_without_data_ms", limits.KEEPALIVE_TIME_MS // 2),
+        # Thousands of sessions opened at once wait here until the event loop requests them.
+        ("grpc.server.max_pending_requests", limits.SERVER_PENDING_CALLS_MAX),
+        ("grpc.server.max_pending_requests_hard_limit", limits.SERVER_PENDING_CALLS_HARD_MAX),
     ]
 
 

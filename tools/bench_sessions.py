@@ -54,9 +54,9 @@ REGISTER_POLL_S = 1.0  # a GetStatus at 10,000 workers costs the actor ~15 ms: n
 SETTLE_S = 5.0
 STATUS_CALLS = 5
 DEADLINE_MARGIN_S = 240
-# A session whose hello fails (a client process opening a thousand streams at once gets
-# INTERNAL from its own gRPC core now and then) is opened again, as fleet-worker does.
-HELLO_ATTEMPTS = 8
+# A session whose hello fails is opened again after a backoff, as fleet-worker does (each
+# retry is counted and printed).
+HELLO_ATTEMPTS = 30
 
 
 def status_call(coord: Coordinator, **kw: Any) -> tuple[float, int, Any]:

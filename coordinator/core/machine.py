@@ -736,9 +736,15 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
     expiry_frozen = any(r.paused and not r.settled for r in state.runs.values())
     fx: list = []
     durable: list = []
+    last_heard = state.soft.last_heard_ms
+    suspect_after_ms = timing.suspect_after_ms
     for worker in list(state.workers.values()):
-        last = state.soft.last_heard_ms.get(worker.worker_id, worker.registered_ms)
-        silent_ms = now - last
+        status = worker.status
+        if status == WorkerStatus.EXPIRED or status == WorkerStatus.GONE:
+            continue  # nothing below applies to them: a walk of 10,000 workers per tick is the cost
+        silent_ms = now - last_heard.get(worker.worker_id, worker.registered_ms)
+        if status == WorkerStatus.ACTIVE and silent_ms < suspect_after_ms:
+            continue  # neither suspected now, nor suspected or reconciling below
         if worker.status == WorkerStatus.ACTIVE and silent_ms >= timing.suspect_after_ms:
             t = _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(now, worker.worker_id))
             fx.extend(t.effects)

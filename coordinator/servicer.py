@@ -44,7 +44,9 @@ from coordinator.snapshot import no_gc
 
 log = structlog.get_logger("fleet.servicer")
 HELLO_TIMEOUT_S = 30
-WATCH_QUEUE_EVENTS_MAX = 1_000
+# Events a watcher may be behind by: a run submitted to 10,000 workers emits 10,000 at once
+# (one measurement each); a watcher further behind loses events and is told how many.
+WATCH_QUEUE_EVENTS_MAX = 20_000
 # Heartbeats of all sessions are handed to the actor together at most this often: 1,000
 # workers beating once a second cost a few actor wake-ups a second, not a thousand.
 HEARTBEAT_COALESCE_MS = 50
@@ -124,6 +126,7 @@ class Hub:
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
         self.watchers: list[tuple[str | None, asyncio.Queue]] = []
+        self.watch_dropped: dict[int, int] = {}  # id(queue) -> events it lost since it was last told
         self.dead_letters: list[tuple[str, str, str]] = []
         self.heartbeats: dict[str, tuple[Session, tuple]] = {}  # worker -> latest, not yet applied
         self.heartbeat_flush: asyncio.TimerHandle | None = None
@@ -175,7 +178,9 @@ class Hub:
             try:
                 q.put_nowait(msg)
             except asyncio.QueueFull:
-                pass  # a watcher that does not read loses events, never the coordinator's time
+                # A watcher that does not read loses events, never the coordinator's time;
+                # it is told how many when it catches up (Watch below).
+                self.watch_dropped[id(q)] = self.watch_dropped.get(id(q), 0) + 1
 
 
 async def submit(actor: Actor, make: Callable[[int], object] | None = None,
@@ -870,9 +875,16 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         self.hub.watchers.append(entry)
         try:
             while True:
-                yield await q.get()
+                ev = await q.get()
+                dropped = self.hub.watch_dropped.pop(id(q), 0)
+                if dropped:
+                    yield admin_pb2.Event(at_ms=ev.at_ms, event="watch_events_dropped", detail=(
+                        f"{dropped} events were dropped: this watcher fell more than "
+                        f"{WATCH_QUEUE_EVENTS_MAX} events behind"))
+                yield ev
         finally:
             self.hub.watchers.remove(entry)
+            self.hub.watch_dropped.pop(id(q), None)
 
     async def Backup(self, request: Any, context: Any) -> Any:
         """On a thread of its own: LMDB's copy is one read transaction beside the actor's commits."""

@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from common.fleetpb import admin_pb2, common_pb2
-from tools.bench_coordinator import (PY, REPO, Clients, Coordinator, Proc, child_env, cpu_seconds, memory_kb,
-                                     mono, noop_spec, percentile, raise_nofile, say)
+from tools.bench_coordinator import (PY, REPO, Clients, Coordinator, Proc, Profiler, child_env, cpu_seconds,
+                                     memory_kb, mono, noop_spec, percentile, raise_nofile, say)
 
 POOL_KEY = "bench.pool"
 REGISTER_TIMEOUT_S = 180
 REGISTER_POLL_S = 1.0  # a GetStatus at 10,000 workers costs the actor ~15 ms: not too often
-SETTLE_S = 3.0
+SETTLE_S = 10.0  # past the backlog the refusal storm leaves
 REFUSALS_TIMEOUT_S = 120
 STATUS_CALLS = 5
 DEADLINE_MARGIN_S = 240
@@ -200,7 +200,9 @@ def run(a: argparse.Namespace, root: Path) -> dict:
             f"(coordinator CPU {fig['register_cpu_s']:.1f} s meanwhile)")
 
         time.sleep(2.0)  # every session past its welcome
+        prof = Profiler(a.profile, "sessions-idle", coord.pid, a.idle_s)
         w = window(coord, a.idle_s)
+        prof.finish()
         fig["idle_cpu"], fig["idle_rss_mb"], fig["idle_hwm_mb"] = w["cpu"], w["rss_mb"], w["hwm_mb"]
         fig["idle_active_end"] = worker_counts(coord).get("active", 0)
         say(f"  idle {a.idle_s:g} s: coordinator {100 * w['cpu']:.1f}% of a core, RSS {w['rss_mb']:.0f} MB "
@@ -235,7 +237,9 @@ def run(a: argparse.Namespace, root: Path) -> dict:
             say(f"  run submitted in {fig['submit_s']:.2f} s; {fig['refused']:,} sessions refused by it "
                 f"{fig['refusals_s']:.1f} s later")
             time.sleep(SETTLE_S)
+            prof = Profiler(a.profile, "sessions-load", coord.pid, a.load_s)
             w = window(coord, a.load_s)
+            prof.finish()
             fig["load_cpu"], fig["load_rss_mb"], fig["load_hwm_mb"] = w["cpu"], w["rss_mb"], w["hwm_mb"]
             fig.update({f"load_{k}": v for k, v in status_figures(coord, "under load").items()})
             run = coord.call("GetStatus", admin_pb2.GetStatusRequest(
@@ -283,6 +287,7 @@ def run(a: argparse.Namespace, root: Path) -> dict:
 
 def watch_figures(watcher: Watcher, logged: collections.Counter[str]) -> dict:
     got: collections.Counter[str] = collections.Counter(ev.get("event", "") for _, ev in watcher.lines)
+    told = sum(int(ev["detail"].split()[0]) for _, ev in watcher.lines if ev.get("event") == "watch_events_dropped")
     lags = [recv - ev.get("at_ms", recv) for recv, ev in watcher.lines]
     # Events of the sessions' end are logged after the watch stopped; compare the others.
     compared = ("worker_refused", "worker_fits_run", "run_submitted", "run_pinned")
@@ -290,11 +295,11 @@ def watch_figures(watcher: Watcher, logged: collections.Counter[str]) -> dict:
     span_s = (watcher.lines[-1][0] - watcher.lines[0][0]) / 1e3 if len(watcher.lines) > 1 else 0.0
     r = {"watch_lines": len(watcher.lines), "watch_lag_p50_ms": percentile(lags, 50),
          "watch_lag_p99_ms": percentile(lags, 99), "watch_lag_max_ms": max(lags, default=float("nan")),
-         "watch_missing": missing, "watch_events": dict(got.most_common(8)),
+         "watch_missing": missing, "watch_told_dropped": told, "watch_events": dict(got.most_common(8)),
          "watch_lines_per_s": len(watcher.lines) / span_s if span_s else 0.0}
     say(f"  fleetctl watch: {r['watch_lines']:,} lines ({r['watch_lines_per_s']:.0f}/s), each printed "
         f"p50 {r['watch_lag_p50_ms']:.0f} ms p99 {r['watch_lag_p99_ms']:.0f} ms max {r['watch_lag_max_ms']:.0f} ms "
-        f"after its event; missing against the coordinator's log: {missing or 'none'}")
+        f"after its event; missing against the coordinator's log: {missing or 'none'} ({told} told as dropped)")
     return r
 
 
@@ -350,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-s", type=float, default=20)
     ap.add_argument("--load-s", type=float, default=30)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--profile", type=Path, help="py-spy the coordinator over the idle and load windows into DIR")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs)")
     a = ap.parse_args(argv)
     if not 0 <= a.load_sessions < a.sessions or a.processes < 2:

@@ -111,6 +111,7 @@ class Watcher:
 
     def __init__(self, coord: Coordinator, root: Path) -> None:
         self.lines: list[tuple[int, dict]] = []
+        self.cpu_s = float("nan")
         self.proc = Proc("fleetctl watch", fleetctl_argv(coord, "watch"), root / "watch.log", stdout=subprocess.PIPE)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -125,6 +126,8 @@ class Watcher:
                 pass
 
     def stop(self) -> None:
+        if self.proc.alive():
+            self.cpu_s = cpu_seconds(self.proc.pid)  # the watch client's own CPU: is it the slow side?
         self.proc.stop(10)
         self.thread.join(10)
 
@@ -296,10 +299,11 @@ def watch_figures(watcher: Watcher, logged: collections.Counter[str]) -> dict:
     r = {"watch_lines": len(watcher.lines), "watch_lag_p50_ms": percentile(lags, 50),
          "watch_lag_p99_ms": percentile(lags, 99), "watch_lag_max_ms": max(lags, default=float("nan")),
          "watch_missing": missing, "watch_told_dropped": told, "watch_events": dict(got.most_common(8)),
-         "watch_lines_per_s": len(watcher.lines) / span_s if span_s else 0.0}
+         "watch_lines_per_s": len(watcher.lines) / span_s if span_s else 0.0,
+         "watch_client_cpu_us_per_line": 1e6 * watcher.cpu_s / max(1, len(watcher.lines))}
     say(f"  fleetctl watch: {r['watch_lines']:,} lines ({r['watch_lines_per_s']:.0f}/s), each printed "
         f"p50 {r['watch_lag_p50_ms']:.0f} ms p99 {r['watch_lag_p99_ms']:.0f} ms max {r['watch_lag_max_ms']:.0f} ms "
-        f"after its event; missing against the coordinator's log: {missing or 'none'} ({told} told as dropped)")
+        f"after its event; missing against the coordinator's log: {missing or 'none'} ({told} told as dropped); the watch process spent {r['watch_client_cpu_us_per_line']:.0f} us of CPU per line")
     return r
 
 
@@ -316,11 +320,12 @@ def table(fig: dict, a: argparse.Namespace) -> None:
     row("coordinator CPU, idle", f"{100 * fig['idle_cpu']:.1f}% of a core", "-", None)
     row("coordinator RSS, idle (peak)", f"{fig['idle_rss_mb']:.0f} MB ({fig['idle_hwm_mb']:.0f})", "-", None)
     if "refill_p99_ms" in fig:
-        row(f"refill, last report's ack -> next push, p50 ({fig['refill_samples']} refills)",
-            f"{fig['refill_p50_ms']:.2f} ms", "-", None)
-        row("refill, last report's ack -> next push, p99", f"{fig['refill_p99_ms']:.2f} ms", "< 20 ms",
-            fig["refill_p99_ms"] < 20)
-        row("refill, last report sent -> next push, p99", f"{fig['refill_sent_p99_ms']:.2f} ms", "-", None)
+        row(f"refill, last report sent -> next push, p50 ({fig['refill_samples']} refills)",
+            f"{fig['refill_sent_p50_ms']:.2f} ms", "-", None)
+        row("refill, last report sent -> next push, p99", f"{fig['refill_sent_p99_ms']:.2f} ms", "< 20 ms",
+            fig["refill_sent_p99_ms"] < 20)
+        row("refill, last report's ack -> next push, p99 (bench_coordinator's)", f"{fig['refill_p99_ms']:.2f} ms",
+            "< 20 ms", fig["refill_p99_ms"] < 20)
         row("coordinator CPU under load", f"{100 * fig['load_cpu']:.1f}% of a core", "-", None)
         row("coordinator RSS under load (peak)", f"{fig['load_rss_mb']:.0f} MB ({fig['load_hwm_mb']:.0f})", "-", None)
     for when in ("idle", "load"):
@@ -336,8 +341,9 @@ def table(fig: dict, a: argparse.Namespace) -> None:
     row("fleetctl status --workers", f"{fig['fleetctl_status_workers_s']:.2f} s, "
         f"{fig['fleetctl_status_workers_lines']:,} lines", "lists all", fig["fleetctl_status_workers_lines"] > a.sessions)
     if "watch_lines" in fig:
-        row("fleetctl watch: line printed after its event, p99", f"{fig['watch_lag_p99_ms']:.0f} ms", "keeps up",
-            not fig["watch_missing"])
+        row("fleetctl watch: line printed after its event, p50", f"{fig['watch_lag_p50_ms']:.0f} ms", "-", None)
+        row("fleetctl watch: ... p99 (the submit's burst of a refusal per worker)",
+            f"{fig['watch_lag_p99_ms']:.0f} ms", "-", None)
         row("fleetctl watch: events missing", f"{sum(fig['watch_missing'].values())}", "0", not fig["watch_missing"])
 
 

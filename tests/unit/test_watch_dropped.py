@@ -1,0 +1,45 @@
+"""A watcher that falls more than WATCH_QUEUE_EVENTS_MAX events behind loses events, never
+the coordinator's time, and is told how many it lost before the next event it reads; method:
+the Hub's publish and the Admin servicer's Watch generator on one event loop, no network."""
+from __future__ import annotations
+
+import asyncio
+
+from common.fleetpb import admin_pb2
+from coordinator import servicer as sv
+from coordinator.core.effects import Emit
+
+
+class Tokens:
+    def check_admin(self, token: object) -> None:
+        pass
+
+
+class Context:
+    def invocation_metadata(self) -> tuple:
+        return (("authorization", "Bearer admin"),)
+
+
+def test_a_watcher_too_far_behind_is_told_how_many_events_it_lost(monkeypatch):
+    monkeypatch.setattr(sv, "WATCH_QUEUE_EVENTS_MAX", 10)
+
+    async def scenario() -> list:
+        hub = sv.Hub()
+        admin = sv.AdminServicer(None, hub, Tokens(), None)  # type: ignore[arg-type]
+        gen = admin.Watch(admin_pb2.WatchRequest(), Context())
+        first = asyncio.ensure_future(gen.__anext__())
+        await asyncio.sleep(0)  # the watcher is registered and waits
+        for i in range(25):
+            hub.publish(Emit("worker_refused", None, f"w{i}"), i)
+        got = [await first]
+        for _ in range(10):  # the notice was first; w0..w9 follow
+            got.append(await gen.__anext__())
+        await gen.aclose()
+        assert not hub.watchers and not hub.watch_dropped
+        return got
+
+    got = asyncio.run(scenario())
+    events = [(e.event, e.subject) for e in got]
+    # 10 events were queued, 15 dropped: the notice comes first, then what was kept, in order.
+    assert events[0][0] == "watch_events_dropped" and got[0].detail.startswith("15 events were dropped")
+    assert [s for e, s in events[1:]] == [f"w{i}" for i in range(10)]

@@ -94,6 +94,9 @@ def decode_state(data: bytes | list[bytes]) -> State:
         raise SnapshotFormatError(f"snapshot does not decode: {e}") from e
     if not isinstance(state, State):
         raise SnapshotFormatError(f"snapshot holds a {type(state).__name__}, not a State")
+    # Never durable (encode_state stores an empty one): a fresh one, so that a snapshot of a
+    # build whose Soft had fewer fields (slots missing on load) recovers all the same.
+    state.soft = Soft()
     _fill_added_fields(state)
     return state
 

@@ -41,3 +41,19 @@ def test_a_missing_part_is_refused_not_folded() -> None:
     del parts[len(parts) // 2]
     with pytest.raises(SnapshotFormatError, match="does not decode"):
         decode_state(parts)
+
+
+def test_a_snapshot_whose_soft_part_lacks_fields_of_this_build_decodes() -> None:
+    """A snapshot written by a build whose `Soft` had fewer fields: the slots this build added
+    are absent on load. Soft is never durable, so recovery starts it afresh."""
+    import pickle
+
+    from coordinator.core.state import Soft
+
+    state = a_state_with_work()
+    whole = durable_fingerprint(state)
+    state.soft = object.__new__(Soft)  # every slot unset, as an older build's Soft lacks the new ones
+    data = FORMAT_TAG + pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    loaded = decode_state(split(data, 4_096))
+    assert loaded.soft.free_stamp == {} and loaded.soft.last_heard_ms == {}
+    assert durable_fingerprint(loaded) == whole

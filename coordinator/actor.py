@@ -142,7 +142,9 @@ def recover_with_time(store: Store) -> tuple[State, int, int]:
     collections never walk it again."""
     with no_gc():
         out = _recover(store)
-    gc.freeze()
+        # Frozen before the collector is back: enabled first, it would run at once a full
+        # collection over everything just built (1.5 s at a million cells), collecting nothing.
+        gc.freeze()
     return out
 
 
@@ -360,8 +362,8 @@ class Actor:
                 for durable in t.durable:
                     self._index += 1
                     records.append(encode_record(self._index, durable))
-            if big:
-                gc.freeze()
+                if big:
+                    gc.freeze()  # before the collector is enabled again (see recover_with_time)
             for e in t.effects:
                 effects.append((now, e))
             if req.done is not None:

@@ -217,14 +217,8 @@ class ScaleSimulation(Simulation):
         return {"summary": summary, "lost": len(lost), "duplicated": duplicated}
 
     def final_checks_at_scale(self, summary: Any, lost: list, duplicated: int) -> None:
-        def fail(what: str) -> None:
-            raise SimFailure(self.seed, self.commands, self.now, what)
-
-        if summary.state not in ("complete", "incomplete"):
-            fail(f"run ended {summary.state}, not settled")
-        for inc in summary.incomplete:
-            if inc.reason != "exhausted":
-                fail(f"cell {inc.cell_id} ended incomplete as {inc.reason}")
+        fail = self.fail
+        self.settled_checks(summary)
         if lost:
             fail(f"acknowledged result {lost[0]} is not the selected result of its cell ({len(lost)} lost)")
         if duplicated:

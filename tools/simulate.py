@@ -30,7 +30,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from common.limits import SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
 from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, ArtifactRef, expected_status
@@ -689,15 +689,20 @@ class Simulation:
             "trace": self.trace + ([f"... {self.trace_dropped} more"] if self.trace_dropped else []),
         }
 
-    def final_checks(self, summary) -> None:
-        def fail(what: str) -> None:
-            raise SimFailure(self.seed, self.commands, self.now, what)
+    def fail(self, what: str) -> NoReturn:
+        raise SimFailure(self.seed, self.commands, self.now, what)
 
+    def settled_checks(self, summary: Any) -> None:
+        """The run settled, and a cell is incomplete only for running out of attempts."""
         if summary.state not in ("complete", "incomplete"):
-            fail(f"run ended {summary.state}, not settled")
+            self.fail(f"run ended {summary.state}, not settled")
         for inc in summary.incomplete:
             if inc.reason != "exhausted":
-                fail(f"cell {inc.cell_id} ended incomplete as {inc.reason}")
+                self.fail(f"cell {inc.cell_id} ended incomplete as {inc.reason}")
+
+    def final_checks(self, summary) -> None:
+        fail = self.fail
+        self.settled_checks(summary)
         for attempt_id, cell_id in self.acked_selectable.items():
             run = self.state.runs[self.state.attempts[attempt_id].run_id]
             if run.cells[cell_id].selected != attempt_id:

@@ -614,16 +614,21 @@ def _worker_expired(state: State, cmd: c.WorkerExpired, fx: Fx) -> Outcome:
         return _unknown_worker(cmd.worker_id)
     if worker.status not in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING):
         return DUPLICATE
-    for aid in list(worker.assignments):
-        _release(state, state.assignments[aid], cmd.now_ms, "worker expired", fx)
-        fx.append(RevokeAssignment(worker.worker_id, aid, "worker expired"))
-    _set_status(state, worker, WorkerStatus.EXPIRED)
-    worker.left_ms = cmd.now_ms
-    state.soft.stream_ended_ms.pop(worker.worker_id, None)
-    state.version += 1
+    _expire(state, worker, cmd.now_ms, "worker expired", fx)
     fx.append(Emit("worker_expired", None, worker.worker_id))
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
+
+
+def _expire(state: State, worker: WorkerState, now: int, reason: str, fx: Fx) -> None:
+    """Its groups go back (each revoked with `reason`), and it is expired from `now`."""
+    for aid in list(worker.assignments):
+        _release(state, state.assignments[aid], now, reason, fx)
+        fx.append(RevokeAssignment(worker.worker_id, aid, reason))
+    _set_status(state, worker, WorkerStatus.EXPIRED)
+    worker.left_ms = now
+    state.soft.stream_ended_ms.pop(worker.worker_id, None)
+    state.version += 1
 
 
 def _worker_lost(state: State, cmd: c.WorkerLost, fx: Fx) -> Outcome:
@@ -633,14 +638,7 @@ def _worker_lost(state: State, cmd: c.WorkerLost, fx: Fx) -> Outcome:
         return _unknown_worker(cmd.worker_id)
     if worker.status != WorkerStatus.SUSPECTED:
         return DUPLICATE
-    reason = "worker lost: its stream ended and it did not come back"
-    for aid in list(worker.assignments):
-        _release(state, state.assignments[aid], cmd.now_ms, reason, fx)
-        fx.append(RevokeAssignment(worker.worker_id, aid, reason))
-    _set_status(state, worker, WorkerStatus.EXPIRED)
-    worker.left_ms = cmd.now_ms
-    state.soft.stream_ended_ms.pop(worker.worker_id, None)
-    state.version += 1
+    _expire(state, worker, cmd.now_ms, "worker lost: its stream ended and it did not come back", fx)
     fx.append(Emit("worker_lost", None, worker.worker_id, "stream ended, not back within the grace"))
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from common.evidence import is_selectable
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, PushAssignment, RefuseRun, RevokeAssignment, Transition
-from coordinator.core.invariants import check
+from coordinator.core.invariants import check, group_status_problems
 from coordinator.core.state import GroupStatus, State, WorkerStatus
 
 # Commands that may change every worker (recovery sets all to reconciling; a pin or a new
@@ -281,10 +281,7 @@ class IncrementalMonitor:
                 bad.append(f"cell {cid} lost its selected result {before}")
             elif len(cell.attempts) < limit:
                 pending += 1
-        if group.status == GroupStatus.SETTLED and pending:
-            bad.append(f"group {group.group_id} settled with {pending} cells still to run")
-        if group.status == GroupStatus.WAITING and not pending:
-            bad.append(f"group {group.group_id} waits with nothing to run")
+        bad.extend(group_status_problems(group, pending))
         if group.status == GroupStatus.ASSIGNED and self.owner.get((run_id, index)) != group.assignment:
             bad.append(f"group {group.group_id} is assigned to {group.assignment}, not its known owner")
 

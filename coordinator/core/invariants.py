@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.evidence import is_selectable
-from coordinator.core.state import GroupStatus, State, WorkerStatus
+from coordinator.core.state import GroupState, GroupStatus, State, WorkerStatus
 
 
 def check(state: State) -> list[str]:
@@ -86,10 +86,7 @@ def check(state: State) -> list[str]:
                         bad.append(f"cell {cid} selected {cell.selected} without selectable authoritative evidence")
                 elif len(cell.attempts) < limit:
                     pending += 1
-            if group.status == GroupStatus.SETTLED and pending:
-                bad.append(f"group {group.group_id} settled with {pending} cells still to run")
-            if group.status == GroupStatus.WAITING and not pending:
-                bad.append(f"group {group.group_id} waits with nothing to run")
+            bad.extend(group_status_problems(group, pending))
         if settled != run.settled_groups:
             bad.append(f"run {run.run_id} counts {run.settled_groups} settled groups, has {settled}")
         selected = sum(1 for cell in run.cells.values() if cell.selected is not None)
@@ -137,3 +134,12 @@ class Monitor:
             if len(pins) > 1 or (pins and pins != {repr(run.pin)}):
                 bad.append(f"run {run.run_id} selected results dispatched under {len(pins)} environments")
         return bad
+
+
+def group_status_problems(group: GroupState, pending: int) -> list[str]:
+    """A group's status against the number of its cells still to run."""
+    if group.status == GroupStatus.SETTLED and pending:
+        return [f"group {group.group_id} settled with {pending} cells still to run"]
+    if group.status == GroupStatus.WAITING and not pending:
+        return [f"group {group.group_id} waits with nothing to run"]
+    return []

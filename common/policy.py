@@ -7,7 +7,7 @@ become the default.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from common import limits
@@ -15,8 +15,15 @@ from common.spec import ExperimentSpec, SpecError, canonical_json
 
 
 ENVIRONMENT_MATCHES = ("worker", "cell")
+# What a field added after the first release means when a policy's canonical text (a log
+# record, the input of a run id) leaves it out. Fixed for ever once released: a new default for
+# new runs goes to common.limits, and a policy at it then writes the field out.
 ADDED_LATER: dict[str, Any] = {"environment_match": "worker", "order_from": "",
-                               "stream_end_grace_ms": limits.STREAM_END_GRACE_MS_DEFAULT}  # name -> default
+                               "stream_end_grace_ms": 1_500}  # name -> its value when absent
+# Defaults a field had in earlier releases. A run frozen under one of them is the same run as
+# the same document submitted today, at today's default: resubmitting it resumes the run with
+# the policy it was frozen with (`Policy.resumes`), instead of refusing it as another policy.
+FORMER_DEFAULTS: dict[str, tuple[Any, ...]] = {"stream_end_grace_ms": (3_000,)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,21 @@ class Policy:
         return {_camel(f.name): getattr(self, f.name) for f in fields(self)
                 if f.name not in ADDED_LATER or getattr(self, f.name) != ADDED_LATER[f.name]}
 
+    def resumes(self, frozen: Policy) -> bool:
+        """Whether this policy, just parsed from a resubmitted document, names the run frozen
+        with `frozen`: equal, except fields where each is at a default of some release."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(frozen, f.name)
+            if mine != theirs:
+                defaults = (f.default, *FORMER_DEFAULTS.get(f.name, ()))
+                if mine not in defaults or theirs not in defaults:
+                    return False
+        return True
+
+    def differences(self, other: Policy) -> list[str]:
+        """The camelCase names of the fields where the two policies differ."""
+        return [_camel(f.name) for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+
     def backoff_ms(self, failed_dispatches: int) -> int:
         """Exponential from retry_backoff_ms, capped; 0 before the first failure."""
         if failed_dispatches <= 0:
@@ -85,6 +107,15 @@ def parse_policy_text(text: str | bytes) -> Policy:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SpecError("policy", f"not JSON: {e}") from None
     return parse_policy(document)
+
+
+def parse_canonical_policy(text: str | bytes) -> Policy:
+    """A policy's canonical text (`Policy.canonical`), as a log record keeps it: a field it
+    leaves out has its ADDED_LATER value, whatever today's default for new runs is."""
+    policy = parse_policy_text(text)
+    document = json.loads(text) if text else {}
+    absent = {name: value for name, value in ADDED_LATER.items() if _camel(name) not in document}
+    return replace(policy, **absent) if absent else policy
 
 
 def parse_policy(document: Any) -> Policy:

@@ -36,7 +36,7 @@ from common.evidence import (
 )
 from common.fleetpb import common_pb2, log_pb2
 from common.ids import Digest
-from common.policy import Policy, parse_policy_text
+from common.policy import Policy, parse_canonical_policy
 from common.spec import ExperimentSpec, SpecError, parse_spec_text
 from coordinator.core import commands
 
@@ -233,7 +233,7 @@ def _policy_to_text(policy: Any, where: str) -> str:
 
 def _policy_from_text(text: str, where: str) -> Policy:
     try:
-        return parse_policy_text(text)
+        return parse_canonical_policy(text)
     except (SpecError, ValueError, TypeError, RecursionError) as e:
         raise LogCodecError(f"{where}: the policy does not parse: {e}") from None
 

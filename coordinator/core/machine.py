@@ -115,11 +115,19 @@ def _run_submitted_step(state: State, cmd: c.RunSubmitted) -> Transition:
 def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
     existing = state.runs.get(cmd.run_id)
     if existing is not None:
-        if (existing.spec.canonical == cmd.spec.canonical and existing.policy == cmd.policy
-                and tuple(existing.manifest.items()) == cmd.manifest and existing.worker_keys == cmd.worker_keys):
-            return DUPLICATE
-        return rejected(Rejection.SPEC_CONFLICT,
-                        f"run {cmd.run_id} is frozen with a different spec, policy or environment manifest")
+        differs = []
+        if existing.spec.canonical != cmd.spec.canonical:
+            differs.append("spec")
+        if not cmd.policy.resumes(existing.policy):
+            differs.append("policy (" + ", ".join(cmd.policy.differences(existing.policy)) + ")")
+        if tuple(existing.manifest.items()) != cmd.manifest or existing.worker_keys != cmd.worker_keys:
+            keys = sorted({k for k, v in existing.manifest.items() if dict(cmd.manifest).get(k) != v}
+                          | {k for k, _ in cmd.manifest if k not in existing.manifest}
+                          | set(existing.worker_keys).symmetric_difference(cmd.worker_keys))
+            differs.append("environment manifest (" + ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "") + ")")
+        if not differs:
+            return DUPLICATE  # resumes the run as frozen, policy included
+        return rejected(Rejection.SPEC_CONFLICT, f"run {cmd.run_id} is frozen with a different " + " and ".join(differs))
     if list(cmd.manifest) != sorted(dict(cmd.manifest).items()) or len(dict(cmd.manifest)) != len(cmd.manifest):
         return rejected(Rejection.SPEC_INVALID, "the environment manifest is not sorted by key or repeats a key")
     spec = cmd.spec

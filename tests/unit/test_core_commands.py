@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from common import limits
+
 from common.evidence import Execution, Usage, Verification
 from common.ids import AssignmentId, WorkerId, attempt_id_for, run_id_for
 from common.rejections import Rejection
@@ -299,6 +301,23 @@ def test_resubmitting_a_run_id(change, outcome):
         assert rejected_with(t, outcome) and t.outcome.detail
     assert t.effects == () and t.durable == ()
     assert k.snapshot() == before
+
+
+@pytest.mark.parametrize("resubmitted_grace, outcome", [
+    pytest.param(limits.STREAM_END_GRACE_MS_DEFAULT, DUPLICATE, id="today's default resumes"),
+    pytest.param(500, Rejection.SPEC_CONFLICT, id="another explicit value conflicts"),
+])
+def test_a_run_frozen_under_a_former_default_resumes_with_its_own_policy(resubmitted_grace, outcome):
+    # A run frozen by a release whose default grace was 3 s; the same document submitted
+    # today parses at today's default. It is the same run, and it keeps what it was frozen with.
+    k = Core(policy=make_policy(stream_end_grace_ms=3_000))
+    before = k.snapshot()
+    t = k.submit(policy=make_policy(stream_end_grace_ms=resubmitted_grace))
+    if outcome == DUPLICATE:
+        assert t.outcome == DUPLICATE
+    else:
+        assert rejected_with(t, outcome) and "policy (streamEndGraceMs)" in t.outcome.detail
+    assert k.snapshot() == before and k.run.policy.stream_end_grace_ms == 3_000
 
 
 # --- WorkerRegistered: admission --------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from common import limits
 from common.ids import run_id_for
-from common.policy import Policy, group_deadline_for, parse_policy, parse_policy_text
+from common.policy import ADDED_LATER, Policy, group_deadline_for, parse_canonical_policy, parse_policy, parse_policy_text
 from common.spec import SpecError, canonical_json, parse_spec, parse_spec_text
 
 BASE: dict[str, Any] = {
@@ -316,3 +316,15 @@ def test_the_group_deadline_is_explicit_or_derived_from_the_budget():
     assert group_deadline_for(spec, Policy(group_deadline_ms=1234)) == 1234
     derived = limits.GROUP_DEADLINE_FACTOR * (30_000 + 7_000) + limits.GROUP_DEADLINE_SLACK_MS
     assert group_deadline_for(spec, Policy()) == derived
+
+
+def test_a_canonical_text_means_what_it_meant_when_written_whatever_today_s_defaults():
+    # A log record leaves out a later field at its ADDED_LATER value; a policy away from that
+    # value, today's default for new runs included, writes the field out, and reads back exact.
+    assert parse_canonical_policy("{}").stream_end_grace_ms == ADDED_LATER["stream_end_grace_ms"] == 1_500
+    for grace in (3_000, 1_500, 0):
+        policy = Policy(stream_end_grace_ms=grace)
+        assert ("streamEndGraceMs" in policy.canonical()) == (grace != 1_500)
+        assert parse_canonical_policy(policy.canonical()) == policy
+    # The values an absent field means are fixed for ever: changing one changes stored records.
+    assert ADDED_LATER == {"environment_match": "worker", "order_from": "", "stream_end_grace_ms": 1_500}

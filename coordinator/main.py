@@ -25,6 +25,7 @@ from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinat
 from common.notify import Notifier
 from coordinator.actor import Actor, recover_with_time
 from coordinator.artifacts import ArtifactStore
+from coordinator.collector import Collector
 from coordinator.auth import TokenBook, ensure_token_file, read_token_file
 from coordinator.config import Config, ConfigFileError, is_loopback, parse, print_config
 from coordinator.core import commands as c
@@ -208,7 +209,10 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
              enroll_token_file=str(cfg.enroll_token_path), notify=notifier.enabled,
              watchdog_interval_s=notifier.watchdog_interval_s)
 
+    collector = Collector(on_pause=lambda generation, s: metrics.gc_pause.labels(str(generation)).observe(s))
+    collector.install()
     async with asyncio.TaskGroup() as tg:
+        collecting = tg.create_task(collector.run())
         sampler = None
         if cfg.metrics_listen:
             metrics_port = metrics.serve(cfg.metrics_listen)
@@ -224,13 +228,14 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
         await stop.wait()
         notifier.stopping("stopping: draining sessions and the actor")
         log.info("shutting_down")
-        for task in (sampler, supervisor):
+        for task in (sampler, supervisor, collecting):
             if task is not None:
                 task.cancel()
     for name in names[:2] + ("",):
         await _set_health(health_servicer, name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.stop(SHUTDOWN_GRACE_S)
     await asyncio.to_thread(actor.stop)
+    collector.uninstall()
     log.info("stopped", last_index=store.last_index)
     return 0
 

@@ -73,6 +73,9 @@ class Metrics:
         self.slot_refill = Histogram("fleet_slot_refill_seconds",
                                      "From a group's last report received to the next assignment queued for "
                                      "that worker", buckets=LATENCY_BUCKETS_S, registry=r)
+        self.gc_pause = Histogram("fleet_gc_pause_seconds", "Collections of the cyclic garbage collector that held "
+                                  "the process 10 ms or more, by generation", ["generation"],
+                                  buckets=LATENCY_BUCKETS_S, registry=r)
         self.artifact_bytes = Counter("fleet_artifact_bytes_stored_total", "Artifact bytes stored", registry=r)
 
     def serve(self, listen: str) -> int:

@@ -1,0 +1,99 @@
+"""The cyclic garbage collector, tuned for a daemon whose heap is mostly long-lived state.
+
+CPython's collector walks, at each full collection, every tracked object that is not frozen,
+holding the GIL: the actor and the event loop both stop. A coordinator's heap is almost all
+state that lives as long as the process (runs, cells, attempts, sessions), so full collections
+walk more and more of it and find nothing: with 10,000 sessions, one every 2.7 s taking 279 ms
+(docs/benchmarks.md), which is the tail of slot refill.
+
+So, every `freeze_every_s`, the daemon makes a full collection itself, which is cheap because
+it walks only what survived since the last pass, and freezes the survivors (`gc.freeze`): no
+later collection, automatic or not, walks them again. Garbage cycles still die young as
+before; what is given up is a cycle that becomes garbage after it was frozen, which stays
+until a full pass over everything (`gc.unfreeze`, collect, freeze again) every
+`full_every_s`; that pass is logged with its duration and what it found, so the cost of the
+trade is visible in the log. Recovery and a run's submit freeze what they build themselves
+(coordinator/actor.py).
+
+Every collection of 10 ms or more is counted in `fleet_gc_pause_seconds`, and one of
+100 ms or more is logged (`gc_pause`): a stall says where it came from.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from common import limits
+
+log = structlog.get_logger("coordinator.collector")
+
+PAUSE_COUNTED_S = 0.010
+PAUSE_LOGGED_S = 0.100
+
+
+class Collector:
+    def __init__(self, *, freeze_every_s: float = limits.GC_FREEZE_EVERY_MS / 1000,
+                 full_every_s: float = limits.GC_FULL_EVERY_MS / 1000,
+                 on_pause: Callable[[int, float], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.freeze_every_s = freeze_every_s
+        self.full_every_s = full_every_s
+        self.on_pause = on_pause
+        self._clock = clock
+        self._started: float | None = None
+        self._last_full = clock()
+        self.passes = 0
+        self.full_passes = 0
+
+    def install(self) -> None:
+        gc.callbacks.append(self._timed)
+
+    def uninstall(self) -> None:
+        if self._timed in gc.callbacks:
+            gc.callbacks.remove(self._timed)
+
+    def _timed(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        if self._started is None:
+            return
+        took, self._started = time.perf_counter() - self._started, None
+        if took < PAUSE_COUNTED_S:
+            return
+        generation = int(info.get("generation", -1))
+        if self.on_pause is not None:
+            self.on_pause(generation, took)
+        if took >= PAUSE_LOGGED_S:
+            log.info("gc_pause", generation=generation, ms=round(took * 1000, 1),
+                     collected=info.get("collected"), frozen=gc.get_freeze_count())
+
+    def step(self) -> int:
+        """One pass: collect what is young, freeze what survives; now and then everything.
+        Returns the number of unreachable objects found."""
+        self.passes += 1
+        now = self._clock()
+        if self.full_every_s > 0 and now - self._last_full >= self.full_every_s:
+            self._last_full = now
+            self.full_passes += 1
+            started = time.perf_counter()
+            frozen = gc.get_freeze_count()
+            gc.unfreeze()
+            found = gc.collect()
+            gc.freeze()
+            log.info("gc_full_pass", ms=round((time.perf_counter() - started) * 1000, 1), found=found,
+                     walked=frozen, frozen=gc.get_freeze_count())
+            return found
+        found = gc.collect()
+        gc.freeze()
+        return found
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.freeze_every_s)
+            self.step()

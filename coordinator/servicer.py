@@ -874,6 +874,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         entry = (request.run_id if request.HasField("run_id") else None, q)
         self.hub.watchers.append(entry)
         try:
+            # First, that the watch is live: every event from here on reaches this watcher.
+            yield admin_pb2.Event(at_ms=time.time_ns() // 1_000_000, event="watch_started", run_id=entry[0] or "",
+                                  detail=f"watching run {entry[0]}" if entry[0] else "watching every run")
             while True:
                 ev = await q.get()
                 dropped = self.hub.watch_dropped.pop(id(q), 0)

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from common.fleetpb import admin_pb2, common_pb2
-from tools.bench_coordinator import (PY, REPO, Clients, Coordinator, Proc, Profiler, child_env, cpu_seconds,
-                                     memory_kb, mono, noop_spec, percentile, raise_nofile, say)
+from tools.bench_coordinator import (PY, REPO, START_TIMEOUT_S, Clients, Coordinator, Proc, Profiler, child_env,
+                                     cpu_seconds, memory_kb, mono, noop_spec, percentile, raise_nofile, say)
 
 POOL_KEY = "bench.pool"
 REGISTER_TIMEOUT_S = 180
@@ -115,6 +115,11 @@ class Watcher:
         self.proc = Proc("fleetctl watch", fleetctl_argv(coord, "watch"), root / "watch.log", stdout=subprocess.PIPE)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
+        deadline = mono() + START_TIMEOUT_S
+        while not self.lines:  # its first line, watch_started: every later event reaches it
+            if not self.proc.alive() or mono() > deadline:
+                raise RuntimeError(f"fleetctl watch did not start\n{self.proc.tail()}")
+            time.sleep(0.05)
 
     def _read(self) -> None:
         assert self.proc.popen.stdout is not None
@@ -141,6 +146,26 @@ def logged_events(coord: Coordinator) -> collections.Counter[str]:
         except json.JSONDecodeError:
             pass
     return out
+
+
+def gc_figures(coord: Coordinator) -> dict:
+    """The coordinator's collections of 100 ms or more over the whole run (its `gc_pause`
+    lines, coordinator/collector.py), and its full passes."""
+    pauses: list[float] = []
+    full: list[float] = []
+    for line in coord.proc.log_path.read_text(errors="replace").splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if ev.get("event") == "gc_pause":
+            pauses.append(float(ev.get("ms", 0)))
+        elif ev.get("event") == "gc_full_pass":
+            full.append(float(ev.get("ms", 0)))
+    r = {"gc_pauses_100ms": len(pauses), "gc_pause_max_ms": max(pauses, default=0.0), "gc_full_passes": len(full)}
+    say(f"  collector: {len(pauses)} collections of 100 ms or more (max {r['gc_pause_max_ms']:.0f} ms), "
+        f"{len(full)} full passes")
+    return r
 
 
 def window(coord: Coordinator, seconds: float) -> dict:
@@ -278,6 +303,7 @@ def run(a: argparse.Namespace, root: Path) -> dict:
             time.sleep(0.5)
             watcher.stop()
             fig.update(watch_figures(watcher, logged_events(coord)))
+        fig.update(gc_figures(coord))
     finally:
         for c in (load_clients, idle_clients):
             if c is not None:

@@ -27,8 +27,10 @@ def test_a_watcher_too_far_behind_is_told_how_many_events_it_lost(monkeypatch):
         hub = sv.Hub()
         admin = sv.AdminServicer(None, hub, Tokens(), None)  # type: ignore[arg-type]
         gen = admin.Watch(admin_pb2.WatchRequest(), Context())
+        started = await gen.__anext__()  # the watcher is registered: it says so first
+        assert started.event == "watch_started" and started.detail == "watching every run"
         first = asyncio.ensure_future(gen.__anext__())
-        await asyncio.sleep(0)  # the watcher is registered and waits
+        await asyncio.sleep(0)
         for i in range(25):
             hub.publish(Emit("worker_refused", None, f"w{i}"), i)
         got = [await first]

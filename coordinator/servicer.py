@@ -10,10 +10,11 @@ Rejection's name in its details; the coordinator keeps serving.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ HELLO_TIMEOUT_S = 30
 # Events a watcher may be behind by: a run submitted to 10,000 workers emits 10,000 at once
 # (one measurement each); a watcher further behind loses events and is told how many.
 WATCH_QUEUE_EVENTS_MAX = 20_000
+# One message of a WatchEvents stream: far inside a message's limit, details included.
+WATCH_BATCH_EVENTS_MAX = 2_000
+WATCH_BATCH_BYTES_MAX = 1 << 20
 # Heartbeats of all sessions are handed to the actor together at most this often: 1,000
 # workers beating once a second cost a few actor wake-ups a second, not a thousand.
 HEARTBEAT_COALESCE_MS = 50
@@ -869,22 +873,39 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         return await self._action(context, lambda now: c.WorkerDrained(now, WorkerId(request.worker_id)))
 
     async def Watch(self, request: Any, context: Any) -> Any:
+        async with contextlib.aclosing(self._watch(request, context)) as batches:  # unregisters at once
+            async for batch in batches:
+                for ev in batch:
+                    yield ev
+
+    async def WatchEvents(self, request: Any, context: Any) -> Any:
+        async with contextlib.aclosing(self._watch(request, context)) as batches:
+            async for batch in batches:
+                yield admin_pb2.EventBatch(events=batch)
+
+    async def _watch(self, request: Any, context: Any) -> AsyncIterator[list[Any]]:
+        """Every event published from the registration on, as many as are queued at each turn:
+        a watcher one message behind per event would fall behind a burst for good."""
         await self._auth(context)
         q: asyncio.Queue = asyncio.Queue(WATCH_QUEUE_EVENTS_MAX)
         entry = (request.run_id if request.HasField("run_id") else None, q)
         self.hub.watchers.append(entry)
         try:
             # First, that the watch is live: every event from here on reaches this watcher.
-            yield admin_pb2.Event(at_ms=time.time_ns() // 1_000_000, event="watch_started", run_id=entry[0] or "",
-                                  detail=f"watching run {entry[0]}" if entry[0] else "watching every run")
+            yield [admin_pb2.Event(at_ms=time.time_ns() // 1_000_000, event="watch_started", run_id=entry[0] or "",
+                                   detail=f"watching run {entry[0]}" if entry[0] else "watching every run")]
             while True:
-                ev = await q.get()
+                batch = [await q.get()]
+                size = batch[0].ByteSize()
+                while not q.empty() and len(batch) < WATCH_BATCH_EVENTS_MAX and size < WATCH_BATCH_BYTES_MAX:
+                    batch.append(q.get_nowait())
+                    size += batch[-1].ByteSize()
                 dropped = self.hub.watch_dropped.pop(id(q), 0)
                 if dropped:
-                    yield admin_pb2.Event(at_ms=ev.at_ms, event="watch_events_dropped", detail=(
+                    batch.insert(0, admin_pb2.Event(at_ms=batch[0].at_ms, event="watch_events_dropped", detail=(
                         f"{dropped} events were dropped: this watcher fell more than "
-                        f"{WATCH_QUEUE_EVENTS_MAX} events behind"))
-                yield ev
+                        f"{WATCH_QUEUE_EVENTS_MAX} events behind")))
+                yield batch
         finally:
             self.hub.watchers.remove(entry)
             self.hub.watch_dropped.pop(id(q), None)

@@ -361,6 +361,12 @@ class Event(_message.Message):
     detail: str
     def __init__(self, at_ms: _Optional[int] = ..., event: _Optional[str] = ..., run_id: _Optional[str] = ..., subject: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
+class EventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
 class GetArtifactRequest(_message.Message):
     __slots__ = ("digest",)
     DIGEST_FIELD_NUMBER: _ClassVar[int]

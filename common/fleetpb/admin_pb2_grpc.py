@@ -81,6 +81,11 @@ class AdminStub:
                 request_serializer=fleet_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
                 response_deserializer=fleet_dot_v1_dot_admin__pb2.Event.FromString,
                 _registered_method=True)
+        self.WatchEvents = channel.unary_stream(
+                '/fleet.v1.Admin/WatchEvents',
+                request_serializer=fleet_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+                response_deserializer=fleet_dot_v1_dot_admin__pb2.EventBatch.FromString,
+                _registered_method=True)
         self.GetArtifact = channel.unary_stream(
                 '/fleet.v1.Admin/GetArtifact',
                 request_serializer=fleet_dot_v1_dot_admin__pb2.GetArtifactRequest.SerializeToString,
@@ -163,6 +168,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchEvents(self, request, context):
+        """The same events, several to a message when they come faster than one message each leaves
+        (a burst of a refusal per worker): a watcher keeps up with the coordinator's pace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetArtifact(self, request, context):
         """The bytes of one stored artifact, in chunks.
         """
@@ -233,6 +246,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=fleet_dot_v1_dot_admin__pb2.WatchRequest.FromString,
                     response_serializer=fleet_dot_v1_dot_admin__pb2.Event.SerializeToString,
+            ),
+            'WatchEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=fleet_dot_v1_dot_admin__pb2.WatchRequest.FromString,
+                    response_serializer=fleet_dot_v1_dot_admin__pb2.EventBatch.SerializeToString,
             ),
             'GetArtifact': grpc.unary_stream_rpc_method_handler(
                     servicer.GetArtifact,
@@ -494,6 +512,33 @@ class Admin:
             '/fleet.v1.Admin/Watch',
             fleet_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
             fleet_dot_v1_dot_admin__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/fleet.v1.Admin/WatchEvents',
+            fleet_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
+            fleet_dot_v1_dot_admin__pb2.EventBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,3 +45,25 @@ def test_a_watcher_too_far_behind_is_told_how_many_events_it_lost(monkeypatch):
     # 10 events were queued, 15 dropped: the notice comes first, then what was kept, in order.
     assert events[0][0] == "watch_events_dropped" and got[0].detail.startswith("15 events were dropped")
     assert [s for e, s in events[1:]] == [f"w{i}" for i in range(10)]
+
+
+def test_watch_events_sends_a_burst_in_few_messages_in_order_and_bounded(monkeypatch):
+    monkeypatch.setattr(sv, "WATCH_BATCH_EVENTS_MAX", 40)
+
+    async def scenario() -> list:
+        hub = sv.Hub()
+        admin = sv.AdminServicer(None, hub, Tokens(), None)  # type: ignore[arg-type]
+        gen = admin.WatchEvents(admin_pb2.WatchRequest(run_id="r1"), Context())
+        started = await gen.__anext__()
+        assert [e.event for e in started.events] == ["watch_started"] and started.events[0].run_id == "r1"
+        for i in range(100):
+            hub.publish(Emit("cell_selected", "r1", f"c{i}"), i)
+        hub.publish(Emit("cell_selected", "r2", "other"), 100)  # another run: not this watcher's
+        batches = [await gen.__anext__() for _ in range(3)]
+        await gen.aclose()
+        assert not hub.watchers
+        return batches
+
+    batches = asyncio.run(scenario())
+    assert [len(b.events) for b in batches] == [40, 40, 20]
+    assert [e.subject for b in batches for e in b.events] == [f"c{i}" for i in range(100)]

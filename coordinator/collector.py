@@ -6,13 +6,15 @@ state that lives as long as the process (runs, cells, attempts, sessions), so fu
 walk more and more of it and find nothing: with 10,000 sessions, one every 2.7 s taking 279 ms
 (docs/benchmarks.md), which is the tail of slot refill.
 
-So, every `freeze_every_s`, the daemon makes a full collection itself, which is cheap because
-it walks only what survived since the last pass, and freezes the survivors (`gc.freeze`): no
-later collection, automatic or not, walks them again. Garbage cycles still die young as
-before; what is given up is a cycle that becomes garbage after it was frozen, which stays
-until a full pass over everything (`gc.unfreeze`, collect, freeze again) every
-`full_every_s`; that pass is logged with its duration and what it found, so the cost of the
-trade is visible in the log. Recovery and a run's submit freeze what they build themselves
+So the collector makes no full collection of its own accord (its oldest generation's threshold
+is out of reach); the daemon makes one itself, a pass, once the middle generation has been
+collected `MIDDLE_COLLECTIONS_PER_PASS` times or
+`freeze_every_s` has passed, and freezes the survivors (`gc.freeze`). A pass is cheap because
+it walks only what survived since the last one, and no later collection walks the frozen.
+Garbage cycles still die young as before; what is given up is a cycle that becomes garbage
+after it was frozen, which stays until a full pass over everything (`gc.unfreeze`, collect,
+freeze again) every `full_every_s`; that pass is logged with its duration and what it found,
+so the cost of the trade is visible in the log. Recovery and a run's submit freeze what they build themselves
 (coordinator/actor.py).
 
 Every collection of 10 ms or more is counted in `fleet_gc_pause_seconds`, and one of
@@ -34,6 +36,11 @@ log = structlog.get_logger("coordinator.collector")
 
 PAUSE_COUNTED_S = 0.010
 PAUSE_LOGGED_S = 0.100
+# A pass after this many collections of the middle generation: each walks a few thousand
+# survivors, not the seconds of them a registration storm leaves (83 ms of CPU at 2,000).
+MIDDLE_COLLECTIONS_PER_PASS = 2
+CHECK_EVERY_S = 0.25
+OLDEST_THRESHOLD_OFF = 1 << 30
 
 
 class Collector:
@@ -46,20 +53,29 @@ class Collector:
         self.on_pause = on_pause
         self._clock = clock
         self._started: float | None = None
-        self._last_full = clock()
+        self._started_cpu = 0.0
+        self._last_full = self._last_pass = clock()
+        self._thresholds = gc.get_threshold()
         self.passes = 0
         self.full_passes = 0
 
     def install(self) -> None:
+        self._thresholds = gc.get_threshold()
+        gc.set_threshold(self._thresholds[0], self._thresholds[1], OLDEST_THRESHOLD_OFF)
         gc.callbacks.append(self._timed)
 
     def uninstall(self) -> None:
         if self._timed in gc.callbacks:
             gc.callbacks.remove(self._timed)
+            gc.set_threshold(*self._thresholds)
+
+    def due(self) -> bool:
+        return (gc.get_count()[2] >= MIDDLE_COLLECTIONS_PER_PASS
+                or self._clock() - self._last_pass >= self.freeze_every_s)
 
     def _timed(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started, self._started_cpu = time.perf_counter(), time.thread_time()
             return
         if self._started is None:
             return
@@ -70,14 +86,16 @@ class Collector:
         if self.on_pause is not None:
             self.on_pause(generation, took)
         if took >= PAUSE_LOGGED_S:
+            # cpu_ms well below ms: the process was waiting for a core, not collecting.
             log.info("gc_pause", generation=generation, ms=round(took * 1000, 1),
+                     cpu_ms=round((time.thread_time() - self._started_cpu) * 1000, 1),
                      collected=info.get("collected"), frozen=gc.get_freeze_count())
 
     def step(self) -> int:
         """One pass: collect what is young, freeze what survives; now and then everything.
         Returns the number of unreachable objects found."""
         self.passes += 1
-        now = self._clock()
+        now = self._last_pass = self._clock()
         if self.full_every_s > 0 and now - self._last_full >= self.full_every_s:
             self._last_full = now
             self.full_passes += 1
@@ -95,5 +113,6 @@ class Collector:
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self.freeze_every_s)
-            self.step()
+            await asyncio.sleep(CHECK_EVERY_S)
+            if self.due():
+                self.step()

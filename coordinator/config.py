@@ -63,6 +63,10 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=1, metavar="N"),
     Setting("tick_ms", INTEGER, "Liveness and deadline check interval.", default=TICK_MS_DEFAULT, minimum=1,
             metavar="MS"),
+    Setting("gc_full_every_s", INTEGER, "Seconds between full passes of the garbage collector over the frozen "
+            "long-lived state, for cycles that became garbage after they were frozen (coordinator/collector.py); "
+            "each stalls the coordinator for a walk of its whole heap. 0: never.",
+            default=limits.GC_FULL_EVERY_MS // 1000, minimum=0, metavar="S"),
     Setting("log_level", STRING, "Log level of the JSON log on stderr.", default="info", choices=LOG_LEVELS),
     Setting("metrics_listen", STRING, "HOST:PORT of the Prometheus metrics endpoint; empty: no endpoint.",
             default="", metavar="HOST:PORT"),
@@ -81,6 +85,7 @@ class Config:
     map_size_mb: int = limits.STORE_MAP_BYTES_MAX >> 20
     snapshot_every: int = limits.SNAPSHOT_EVERY_RECORDS
     tick_ms: int = TICK_MS_DEFAULT
+    gc_full_every_s: int = limits.GC_FULL_EVERY_MS // 1000
     log_level: str = "info"
     tls_client_ca: Path | None = None
     metrics_listen: str = ""
@@ -174,7 +179,7 @@ def config_from(r: Resolved, environ: Mapping[str, str], pid: int) -> Config:
         data_dir=Path(v["data_dir"]), listen=v["listen"], admin_token_file=v["admin_token_file"],
         enroll_token_file=v["enroll_token_file"], tls_cert=v["tls_cert"], tls_key=v["tls_key"],
         insecure=v["insecure"], map_size_mb=v["map_size_mb"], snapshot_every=v["snapshot_every"],
-        tick_ms=v["tick_ms"], log_level=v["log_level"], tls_client_ca=v["tls_client_ca"],
+        tick_ms=v["tick_ms"], gc_full_every_s=v["gc_full_every_s"], log_level=v["log_level"], tls_client_ca=v["tls_client_ca"],
         metrics_listen=v["metrics_listen"], notify=settings_from_environ(environ, pid))
 
 

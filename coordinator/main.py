@@ -209,7 +209,8 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
              enroll_token_file=str(cfg.enroll_token_path), notify=notifier.enabled,
              watchdog_interval_s=notifier.watchdog_interval_s)
 
-    collector = Collector(on_pause=lambda generation, s: metrics.gc_pause.labels(str(generation)).observe(s))
+    collector = Collector(full_every_s=cfg.gc_full_every_s,
+                          on_pause=lambda generation, s: metrics.gc_pause.labels(str(generation)).observe(s))
     collector.install()
     async with asyncio.TaskGroup() as tg:
         collecting = tg.create_task(collector.run())

@@ -187,7 +187,7 @@ def run(a: argparse.Namespace, root: Path) -> dict:
         f"RLIMIT_NOFILE {soft}/{hard} in the processes started here (scratch {root})")
     if a.streams_per_channel == 1 and soft < need:
         say(f"  warning: {soft} descriptors may not hold {a.sessions} connections: pass --streams-per-channel")
-    coord = Coordinator(root)
+    coord = Coordinator(root, extra=tuple(a.coordinator_arg))
     idle_clients = load_clients = None
     watcher = None
     deadline_s = a.idle_s + a.load_s + REGISTER_TIMEOUT_S + DEADLINE_MARGIN_S
@@ -389,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--profile", type=Path, help="py-spy the coordinator over the idle and load windows into DIR")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs)")
+    ap.add_argument("--coordinator-arg", action="append", default=[], metavar="ARG",
+                    help="pass ARG to fleet-coordinator (repeat: --coordinator-arg=--gc-full-every-s --coordinator-arg=20)")
     a = ap.parse_args(argv)
     if not 0 <= a.load_sessions < a.sessions or a.processes < 2:
         ap.error("need 0 <= --load-sessions < --sessions and at least 2 processes")

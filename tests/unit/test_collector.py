@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from coordinator.collector import Collector
+from coordinator.collector import MIDDLE_COLLECTIONS_PER_PASS, Collector
 
 
 class Node:
@@ -85,3 +85,24 @@ def test_install_times_real_collections_and_uninstall_stops():
     finally:
         collector.uninstall()
     assert collector._timed not in gc.callbacks
+
+
+def test_installed_the_collector_makes_no_full_collection_itself_and_a_pass_is_due_on_count():
+    clock = Clock()
+    collector = Collector(freeze_every_s=10, clock=clock)
+    before = gc.get_threshold()
+    collector.install()
+    try:
+        assert gc.get_threshold()[:2] == before[:2] and gc.get_threshold()[2] > 1_000_000
+        gc.collect()
+        assert not collector.due()
+        for _ in range(MIDDLE_COLLECTIONS_PER_PASS):
+            gc.collect(1)
+        assert collector.due()
+        collector.step()
+        assert not collector.due()
+        clock.t = 10
+        assert collector.due()
+    finally:
+        collector.uninstall()
+    assert gc.get_threshold() == before

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import secrets
 import time
+import traceback
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,8 +291,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self._writer(session, context))
                     tg.create_task(self._reader(session, context))
-            except* _SessionCut:
-                pass  # cut on purpose: replaced, too slow, or the worker must register again
+            except* _SessionCut as cut:
+                # Cut on purpose: replaced, too slow, or the worker must register again. The
+                # group's traceback holds TaskGroup.__aexit__'s frame, which holds the group
+                # (Python 3.11): cleared, the session's objects go with their references
+                # instead of waiting, frozen, for a full collection (coordinator/collector.py).
+                for e in (cut, *cut.exceptions):
+                    traceback.clear_frames(e.__traceback__)
             if session.abort is not None:
                 await context.abort(*session.abort)
         finally:

@@ -44,9 +44,8 @@ def sample(state: State) -> Sample:
         groups[(run_id, "assigned")] = run.active
         groups[(run_id, "settled")] = settled
         groups[(run_id, "waiting")] = len(run.groups) - settled - run.active
-        selected = sum(1 for cell in run.cells.values() if cell.selected is not None)
-        cells[(run_id, "selected")] = selected
-        cells[(run_id, "incomplete")] = len(run.cells) - selected
+        cells[(run_id, "selected")] = run.selected_cells  # counted by the core: no walk of a million cells
+        cells[(run_id, "incomplete")] = len(run.cells) - run.selected_cells
     return Sample(workers, busy, free, groups, cells)
 
 

@@ -42,7 +42,7 @@ def status(state: State, run_id: str | None, now_ms: int, view: int = admin_pb2.
             continue
         # Counts only, no row per cell: status is polled (fleetctl local, watch scripts) and
         # runs on the actor thread, between commits.
-        n = run_counts(run)
+        n = run_counts(state, run)
         out.runs.append(admin_pb2.RunStatus(
             run_id=rid, state=RUN_STATES[n.state], blocked_reason=run.blocked_reason,
             group_counts=[admin_pb2.GroupCount(state="waiting", count=n.groups_waiting),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from common.evidence import is_selectable
 from coordinator.core.state import GroupState, GroupStatus, State, WorkerStatus
+from coordinator.core.summary import walk_cell_counts
 
 
 def check(state: State) -> list[str]:
@@ -94,6 +95,9 @@ def check(state: State) -> list[str]:
             bad.append(f"run {run.run_id} counts {run.selected_cells} selected cells, has {selected}")
         if selected and run.pin is None:
             bad.append(f"run {run.run_id} has selected results but no pin")
+        kept = state.soft.cell_counts.get(run.run_id)
+        if kept is not None and kept != walk_cell_counts(run):
+            bad.append(f"run {run.run_id} keeps cell counts {kept}, a walk counts {walk_cell_counts(run)}")
     return bad
 
 

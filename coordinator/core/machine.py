@@ -51,6 +51,7 @@ from coordinator.core.effects import (
 from coordinator.core.state import (
     AssignmentState,
     AttemptState,
+    CellCounts,
     CellState,
     GroupState,
     GroupStatus,
@@ -157,6 +158,7 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
         manifest=dict(cmd.manifest), worker_keys=cmd.worker_keys,
         order=tuple(order), rank=tuple(rank),
     )
+    state.soft.cell_counts[cmd.run_id] = CellCounts()  # nothing tried, running or exhausted yet
     state.version += 1
     ordered = f", ordered from {cmd.policy.order_from}" if order else ""
     fx.append(Emit("run_submitted", cmd.run_id, cmd.run_id,
@@ -432,6 +434,9 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if is_selectable(report) and cell.selected is None:
         cell.selected = attempt.attempt_id
         run.selected_cells += 1
+        counts = state.soft.cell_counts.get(run.run_id)
+        if counts is not None and run.groups[cell.group_index].status == GroupStatus.ASSIGNED:
+            counts.running -= 1
         fx.append(Emit("cell_selected", run.run_id, cell.cell_id, f"score {report.score}"))
     elif not is_selectable(report):
         fx.append(Emit("cell_retryable", run.run_id, cell.cell_id, f"{report.status.name}: {report.detail}"))
@@ -535,6 +540,7 @@ def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcom
     cell.grants += 1
     state.version += 1
     if group.status == GroupStatus.SETTLED:
+        _count_group(state, run, group, exhausted=-1)
         run.settled_groups -= 1
         group.status = GroupStatus.WAITING
         group.eligible_ms = cmd.now_ms
@@ -867,6 +873,7 @@ def _release(state: State, assignment: AssignmentState, now: int, reason: str, f
     run.active -= 1
     group = run.groups[assignment.group_index]
     assert group.assignment == assignment.assignment_id
+    _count_group(state, run, group, running=-1)
     group.assignment = None
     worker = state.workers[assignment.worker_id]
     del worker.assignments[assignment.assignment_id]
@@ -875,6 +882,16 @@ def _release(state: State, assignment: AssignmentState, now: int, reason: str, f
     state.version += 1
     if reason != "completed" and reason != "finished by the worker":
         fx.append(Emit("assignment_superseded", run.run_id, assignment.assignment_id, reason))
+
+
+def _count_group(state: State, run: RunState, group: GroupState, *, running: int = 0,
+                 exhausted: int = 0) -> None:
+    """A group's unselected cells enter (+1) or leave (-1) the running or exhausted count."""
+    counts = state.soft.cell_counts.get(run.run_id)
+    if counts is not None:
+        unselected = sum(1 for cid in group.cells if run.cells[cid].selected is None)
+        counts.running += running * unselected
+        counts.exhausted += exhausted * unselected
 
 
 def _pending_cells(run: RunState, group: GroupState) -> list[CellState]:
@@ -891,6 +908,7 @@ def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx
     if not pending:
         group.status = GroupStatus.SETTLED
         run.settled_groups += 1
+        _count_group(state, run, group, exhausted=1)
         for cid in group.cells:
             if run.cells[cid].selected is None:
                 fx.append(Emit("cell_exhausted", run.run_id, cid,
@@ -971,6 +989,8 @@ def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerStat
         run.dispatches += 1
         state.attempts[tid] = AttemptState(tid, run.run_id, cell.cell_id, aid, group.generation,
                                            worker.worker_id, run.dispatches, now)
+        if not cell.attempts and (counts := state.soft.cell_counts.get(run.run_id)) is not None:
+            counts.tried += 1
         cell.attempts.append(tid)
         cells.append(CellDispatch(cell.cell_id, tid, task_id, repetition, cell.subject_id, run.dispatches))
     deadline = now + run.group_deadline_ms
@@ -979,6 +999,7 @@ def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerStat
                                              unreported=len(cells))
     group.status = GroupStatus.ASSIGNED
     group.assignment = aid
+    _count_group(state, run, group, running=1)
     worker.assignments[aid] = None
     run.active += 1
     if run.active > run.peak_active:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from common.evidence import Usage
 from common.ids import AssignmentId, AttemptId, CellId, RunId, SubjectId, TaskId, WorkerId
-from coordinator.core.state import GroupState, GroupStatus, RunState, State
+from coordinator.core.state import CellCounts, GroupState, GroupStatus, RunState, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,26 +178,33 @@ class RunCounts:
     groups_settled: int
 
 
-def run_counts(run: RunState) -> RunCounts:
-    selected = running = exhausted = retries = 0
-    waiting = assigned = settled = 0
+def walk_cell_counts(run: RunState) -> CellCounts:
+    """The counts by one walk of every cell (what `State.soft` keeps as cells change)."""
+    counts = CellCounts()
     for group in run.groups:
-        if group.status == GroupStatus.ASSIGNED:
-            assigned += 1
-        elif group.status == GroupStatus.SETTLED:
-            settled += 1
-        else:
-            waiting += 1
         for cid in group.cells:
             cell = run.cells[cid]
-            if len(cell.attempts) > 1:
-                retries += len(cell.attempts) - 1
-            if cell.selected is not None:
-                selected += 1
-            elif group.status == GroupStatus.ASSIGNED:
-                running += 1
-            elif group.status == GroupStatus.SETTLED:
-                exhausted += 1
+            if cell.attempts:
+                counts.tried += 1
+            if cell.selected is None:
+                if group.status == GroupStatus.ASSIGNED:
+                    counts.running += 1
+                elif group.status == GroupStatus.SETTLED:
+                    counts.exhausted += 1
+    return counts
+
+
+def cell_counts(state: State, run: RunState) -> CellCounts:
+    """The run's counts: kept by the core as cells change; after a restart, one walk builds them."""
+    counts = state.soft.cell_counts.get(run.run_id)
+    if counts is None:
+        counts = state.soft.cell_counts[run.run_id] = walk_cell_counts(run)
+    return counts
+
+
+def run_counts(state: State, run: RunState) -> RunCounts:
+    n = cell_counts(state, run)
     total = len(run.cells)
-    return RunCounts(run_state(run, selected < total), total, selected, running, exhausted, retries,
-                     waiting, assigned, settled)
+    return RunCounts(run_state(run, run.selected_cells < total), total, run.selected_cells, n.running, n.exhausted,
+                     run.dispatches - n.tried, len(run.groups) - run.active - run.settled_groups, run.active,
+                     run.settled_groups)

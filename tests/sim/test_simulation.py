@@ -99,7 +99,7 @@ def test_status_counts_agree_with_the_summary_after_every_durable_command(monkey
         out = original(self, cmd)
         run = self.state.runs.get(self.run_id)
         if run is not None:
-            n, s = run_counts(run), summarize(self.state, self.run_id)
+            n, s = run_counts(self.state, run), summarize(self.state, self.run_id)
             reasons = [i.reason for i in s.incomplete]
             assert (n.state, n.selected, n.running, n.exhausted) == (
                 s.state, len(s.selected), reasons.count("running"), reasons.count("exhausted"))

@@ -87,3 +87,26 @@ def test_the_worker_summary_of_ten_thousand_workers_is_small_and_names_the_slowe
     small, _ = step(small, c.WorkerRegistered(now, WorkerId("w1"), 1, 1, "env"))
     listed = views.status(small, None, now, admin_pb2.WORKERS_VIEW_SUMMARY, 5, 20)
     assert [w.worker_id for w in listed.workers] == ["w1"] and listed.worker_summary.total == 1
+
+
+def test_run_counts_kept_by_the_core_equal_one_walk_after_a_restart_forgot_them() -> None:
+    """Status reads counts the core keeps as cells change; a restart (soft state forgotten)
+    builds them by one walk, and both say the same: selected, running, exhausted, retries."""
+    from tests.unit.core_helpers import UNKNOWN, pushes
+
+    k = Core(make_spec(tasks=4, subjects=2), make_policy(max_attempts_per_cell=2))
+    t = k.register("w1", slots=2)
+    first, second = (p.assignment_id for p in pushes(t))
+    k.report_all(first)  # selected
+    k.report_all(second, UNKNOWN)  # retryable: its group goes back and is tried again
+    k.tick(k.now + 10_000)
+
+    def shown() -> tuple:
+        (run,) = views.status(k.state, None, k.now).runs
+        return (run.cells_selected, run.cells_running, run.cells_incomplete, run.cells_exhausted, run.retries,
+                [(g.state, g.count) for g in run.group_counts])
+
+    kept = shown()
+    assert kept[0] == 2 and kept[4] >= 1, kept
+    k.state.soft = Soft()
+    assert shown() == kept

@@ -51,6 +51,7 @@ from tools.bench_coordinator import (PY, REPO, START_TIMEOUT_S, Clients, Coordin
 POOL_KEY = "bench.pool"
 REGISTER_TIMEOUT_S = 180
 REGISTER_POLL_S = 1.0  # a GetStatus at 10,000 workers costs the actor ~15 ms: not too often
+STORM_PROFILE_S = 20.0
 SETTLE_S = 10.0  # past the backlog the refusal storm leaves
 REFUSALS_TIMEOUT_S = 120
 STATUS_CALLS = 5
@@ -247,6 +248,7 @@ def run(a: argparse.Namespace, root: Path) -> dict:
             watcher = Watcher(coord, root)
             time.sleep(1.0)
             spec = noop_spec(a.groups, cap=a.load_sessions, name="sessionbench")
+            storm = Profiler(a.profile, "sessions-storm", coord.pid, STORM_PROFILE_S)  # the refusals' burst
             t_sub = mono()
             run_id = coord.call("SubmitRun", admin_pb2.SubmitRunRequest(
                 spec_json=json.dumps(spec), policy_json="{}",
@@ -262,6 +264,7 @@ def run(a: argparse.Namespace, root: Path) -> dict:
                     break
                 time.sleep(REGISTER_POLL_S)
             fig["refusals_s"] = mono() - t_ref
+            storm.finish()
             say(f"  run submitted in {fig['submit_s']:.2f} s; {fig['refused']:,} sessions refused by it "
                 f"{fig['refusals_s']:.1f} s later")
             time.sleep(SETTLE_S)

@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from coordinator.collector import MIDDLE_COLLECTIONS_PER_PASS, Collector
+from coordinator.collector import MIDDLE_COLLECTIONS_PER_PASS, YOUNG_THRESHOLD, Collector
 
 
 class Node:
@@ -69,9 +69,12 @@ def test_a_cycle_dropped_after_its_freeze_waits_for_the_full_pass():
 def test_a_long_collection_is_counted_with_its_generation():
     seen: list[tuple[int, float]] = []
     collector = Collector(on_pause=lambda generation, s: seen.append((generation, s)))
-    collector._timed("start", {})
-    collector._timed("stop", {"generation": 0, "collected": 0})  # short: not counted
-    collector._timed("start", {})
+    collector._timed("start", {"generation": 1})
+    collector._timed("stop", {"generation": 1, "collected": 0})  # short: not counted
+    collector._timed("start", {"generation": 0})
+    time.sleep(0.03)
+    collector._timed("stop", {"generation": 0, "collected": 0})  # the young are not timed
+    collector._timed("start", {"generation": 2})
     time.sleep(0.03)
     collector._timed("stop", {"generation": 2, "collected": 0})
     assert len(seen) == 1 and seen[0][0] == 2 and seen[0][1] >= 0.03
@@ -93,7 +96,8 @@ def test_installed_the_collector_makes_no_full_collection_itself_and_a_pass_is_d
     before = gc.get_threshold()
     collector.install()
     try:
-        assert gc.get_threshold()[:2] == before[:2] and gc.get_threshold()[2] > 1_000_000
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_threshold()[1] == before[1]
+        assert gc.get_threshold()[2] > 1_000_000
         gc.collect()
         assert not collector.due()
         for _ in range(MIDDLE_COLLECTIONS_PER_PASS):

@@ -63,7 +63,7 @@ from coordinator.core.effects import (
 )
 from coordinator.core.state import State
 from coordinator.errors import StorageError, StoreCorrupt, fail_stop
-from coordinator.logcodec import LogCodecError, decode_record, encode_record
+from coordinator.logcodec import LogCodecError, decode_record, encode_cell_reported, encode_record
 from coordinator.snapshot import FORMAT_TAG, SnapshotFormatError, decode_state, encode_state, no_gc
 from coordinator.store import Store
 
@@ -85,6 +85,9 @@ class Request:
     done: Callable[[Any], None] | None = None
     many: list[Callable[[int], object]] | None = None  # several commands; `done` gets their Transitions
     chore: Callable[[], None] | None = None  # the actor's own work between batches (a snapshot to store)
+    # With `many` of CellReported commands: the wire Report each one's report was decoded from
+    # (or None), which its log record copies instead of encoding the Python object again.
+    wire_reports: list[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -339,12 +342,17 @@ class Actor:
                 continue
             if req.many is not None:
                 transitions = []
-                for make in req.many:
+                wire = req.wire_reports
+                for i, make in enumerate(req.many):
                     now = self._now()
-                    state, t = step(state, make(now))
+                    cmd = make(now)
+                    state, t = step(state, cmd)
                     for durable in t.durable:
                         self._index += 1
-                        records.append(encode_record(self._index, durable))
+                        if wire is not None and durable is cmd and wire[i] is not None:
+                            records.append(encode_cell_reported(self._index, durable, wire[i]))
+                        else:
+                            records.append(encode_record(self._index, durable))
                     effects.extend((now, e) for e in t.effects)
                     transitions.append(t)
                 if req.done is not None:

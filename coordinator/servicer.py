@@ -544,6 +544,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         wid = WorkerId(session.worker_id)
         seqs: list[int] = []
         makes: list[Callable[[int], object]] = []
+        wire: list[Any] = []  # each report's message: its log record copies it (encode once)
         for i, r in enumerate(reports):
             seq = first_seq + i
             try:
@@ -556,6 +557,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             seqs.append(seq)
             makes.append(lambda now, a=attempt_id, g=assignment_id, n=r.generation, rep=report:
                          c.CellReported(now, wid, a, g, n, rep))
+            wire.append(r.report)
         if not makes:
             return
         received = time.perf_counter()
@@ -570,7 +572,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 self.metrics.slot_refill.observe(time.perf_counter() - received)
 
         try:
-            self.actor.submit(Request(many=makes, done=done))
+            self.actor.submit(Request(many=makes, done=done, wire_reports=wire))
         except Overloaded:
             for seq in seqs:
                 self._ack(session, seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"))

@@ -425,3 +425,48 @@ def test_a_simulated_runs_log_survives_the_codec_and_replays(seed):
         assert (got_index, got) == (index, cmd)
         state, _ = step(state, got)
     assert durable_fingerprint(state) == durable_fingerprint(sim.state)
+
+
+# ---- encode once: a CellReported record from the worker's own Report message ------------------
+
+@settings(max_examples=300)
+@given(report=reports, index=indexes, now=now_ms, worker=texts, attempt=texts, assignment=texts,
+       generation=int64s)
+def test_a_cell_reported_record_from_the_wire_report_is_the_encoded_one(report, index, now, worker, attempt,
+                                                                        assignment, generation):
+    """encode_cell_reported copies the message the report was decoded from: the same bytes as
+    encode_record, and they replay to the same command."""
+    wire = common_pb2.Report.FromString(report_to_proto(report).SerializeToString())  # as received
+    decoded = report_from_proto(wire)
+    cmd = c.CellReported(now, worker, attempt, assignment, generation, decoded)
+    fast = logcodec.encode_cell_reported(index, cmd, wire)
+    assert fast == encode_record(index, cmd)
+    got_index, got = decode_record(fast)
+    assert got_index == index
+    if report.score is None or not math.isnan(report.score):
+        assert got == cmd
+
+
+def test_a_wire_report_with_fields_this_version_does_not_know_is_logged_without_them():
+    """A newer worker's extra fields are dropped from the record, as decoding the frame dropped
+    them; otherwise the record would be refused at recovery (unknown fields)."""
+    wire = report_to_proto(_REPORT)
+    wire.artifacts.add(name="out", digest=sha256_digest(b"x"), size_bytes=1)
+    wire.MergeFromString(b"\x98\x06\x01")  # field 99, varint 1: unknown here
+    wire.artifacts[0].MergeFromString(b"\x98\x06\x01")
+    cmd = c.CellReported(5, "w", "a", "g", 2, report_from_proto(wire))
+    fast = logcodec.encode_cell_reported(7, cmd, wire)
+    assert fast == encode_record(7, cmd)
+    assert decode_record(fast) == (7, cmd)
+    assert wire.ByteSize() > common_pb2.Report.FromString(report_to_proto(cmd.report).SerializeToString()).ByteSize()
+
+
+@pytest.mark.parametrize("cmd, wire, message", [
+    (c.GroupFinished(1, "w", "g"), report_to_proto(_REPORT), "takes a CellReported"),
+    (c.CellReported(1, "w", "a", "g", 1, _REPORT), _REPORT, "expected a fleet.v1.Report"),
+    (c.CellReported(1, "w", "a", "g", 1 << 70, _REPORT), report_to_proto(_REPORT), "CellReported"),
+    (c.CellReported(1, "w", 7, "g", 1, _REPORT), report_to_proto(_REPORT), "CellReported"),  # type: ignore[arg-type]
+])
+def test_encode_cell_reported_refuses_what_the_log_cannot_hold(cmd, wire, message):
+    with pytest.raises(LogCodecError, match=message):
+        logcodec.encode_cell_reported(1, cmd, wire)

@@ -374,6 +374,9 @@ class WorkerSession:
         self._held: dict[AssignmentId, _Held] = {}
         self._running_cells = 0
         self._changed = asyncio.Event()
+        # Set when a report is put into the outbox: the only change that gives the pump work, so
+        # it neither wakes nor reads the outbox at every ack, settle or group end (_changed).
+        self._put = asyncio.Event()
         self._drain_requested = asyncio.Event()
         self._abort_requested = asyncio.Event()
         self._goodbye = asyncio.Event()
@@ -423,6 +426,11 @@ class WorkerSession:
         """Wake everyone waiting for a change of the held set or the outbox."""
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _notify_put(self) -> None:
+        """Wake the pump: a report was put into the outbox."""
+        self._put.set()
+        self._put = asyncio.Event()
 
     async def _wait_until(self, predicate: Callable[[], bool], timeout_s: float | None) -> bool:
         loop = asyncio.get_running_loop()
@@ -949,6 +957,7 @@ class WorkerSession:
                     full_logged = True
                 await asyncio.sleep(OUTBOX_FULL_RETRY_MS / 1000)
         held.cells_left -= 1
+        self._notify_put()
         scratch = AttemptDirs.of(self._work_root, attempt).root
         if os.path.lexists(scratch):  # an executor that needed no scratch made none: no thread hop
             await asyncio.to_thread(remove_tree, scratch)
@@ -960,14 +969,15 @@ class WorkerSession:
 
     async def _pump(self, s: _Stream) -> None:
         """Every pending entry, in outbox order, once per stream: at connect the whole outbox
-        (the replay), afterwards each new one as it is put."""
+        (the replay), afterwards each new one as it is put (a put is the only thing that adds
+        an entry, so the pump waits for puts alone)."""
         cursor = 0
         async with asyncio.TaskGroup() as tg:
             while True:
-                changed = self._changed
+                put = self._put
                 page = self._state.pending(after_seq=cursor, limit=REPORTS_IN_FLIGHT_MAX)
                 if not page:
-                    await changed.wait()
+                    await put.wait()
                     continue
                 for entry in page:
                     await s.report_slots.acquire()

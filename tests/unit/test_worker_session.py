@@ -539,6 +539,40 @@ def test_protocol_5_finishes_a_group_acked_in_full_without_group_finished(tmp_pa
     asyncio.run(go())
 
 
+def test_the_pump_reads_the_outbox_when_a_report_is_put_not_at_every_ack(tmp_path: Path) -> None:
+    """The pump's only new work is a put: acks, settles and finished groups (which wake the
+    finisher) do not make it read the outbox again. Counted: reads that find nothing new are
+    at most one per put, plus the one at connect."""
+    async def go() -> None:
+        fake = FakeCoordinator()
+        fake.protocol_version = 5
+        ex = FakeExecutor(files=False)
+        async with serving(fake) as port:
+            config = make_config(tmp_path, port)
+            w = Worker(config, ex)
+            reads = {"empty": 0, "found": 0}
+            pending = w.state.pending
+
+            def counted(**kw: Any) -> list:
+                page = pending(**kw)
+                reads["found" if page else "empty"] += 1
+                return page
+
+            w.state.pending = counted  # type: ignore[method-assign]
+            await eventually(lambda: fake.streams, "a stream")
+            await eventually(lambda: w.session.connected, "the welcome")
+            groups = 5
+            for g in range(groups):
+                push = make_push(f"run-1:add/r0:g{g + 1}", subjects=("s1", "s2", "s3"))
+                fake.send(Frame(assignment=push))
+                await eventually(lambda g=g: w.session.groups_finished == g + 1, f"group {g + 1} finished")
+            assert len(fake.reports) == 3 * groups and fake.group_finished() == []
+            assert reads["empty"] <= 3 * groups + 1, reads
+            assert await w.drain() is Ended.DRAINED
+
+    asyncio.run(go())
+
+
 def test_protocol_5_still_sends_group_finished_when_a_cell_was_not_counted(tmp_path: Path) -> None:
     """A LATE ack means the coordinator's assignment ended before that report: the worker
     cannot know it was released by its reports, so it says GroupFinished as before."""

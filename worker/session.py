@@ -87,7 +87,8 @@ from worker.config import (
     ConfigError,
     WorkerConfig,
 )
-from worker.executor.base import AttemptDirs, CellJob, CellOutcome, Executor, now_ms, one_line, remove_tree, seal
+from worker.executor.base import (AttemptDirs, CancelEvent, CellJob, CellOutcome, Executor, now_ms, one_line,
+                                  remove_tree, seal)
 from worker.executor.base import executor_for as default_executor_for
 from worker.identity import measure_keys
 from worker.outbox import AssignmentConflict, OutboxEntry, OutboxFull, WorkerState
@@ -207,7 +208,7 @@ class _Held:
     handed_back: bool = False  # given up without running (an orphan, a push during drain)
     dead: int = 0  # entries dead-lettered
     finishing: bool = False  # a GroupFinished awaits its ack
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: CancelEvent = field(default_factory=CancelEvent)
     task: asyncio.Task[None] | None = None
     cells: int = 0  # the push's cells (0 for an orphan adopted at start: it is handed back)
     counted: set[AttemptId] = field(default_factory=set)  # acked ACCEPTED or DUPLICATE

@@ -13,7 +13,7 @@ import pytest
 
 from common.evidence import Cleanup, Execution, Status, Usage, Verification, evidence_problem, expected_status
 from worker.executor import CellJob, CellOutcome
-from worker.executor.base import AttemptDirs
+from worker.executor.base import AttemptDirs, CancelEvent
 from worker.executor.pyfunc import InfrastructureError, PythonExecutor
 
 BENCH = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
@@ -35,11 +35,14 @@ def make_job(tmp_path: Path, subject: dict[str, Any] | None = None, verifier: di
         bench_root=BENCH, work_root=tmp_path / "scratch", credentials=credentials or {})
 
 
-def run_timed(job: CellJob, cancel_after_s: float | None = None) -> tuple[CellOutcome, float]:
+def run_timed(job: CellJob, cancel_after_s: float | None = None,
+              cancel_type: type[asyncio.Event] = CancelEvent) -> tuple[CellOutcome, float]:
     """The outcome and how long `run` took. Timed inside the loop: asyncio.run itself waits
-    for a timed-out subject's thread at shutdown, which a long-lived worker loop never does."""
+    for a timed-out subject's thread at shutdown, which a long-lived worker loop never does.
+    The cancel is the session's CancelEvent unless a test asks for a plain asyncio.Event (the
+    executor protocol's type, which other callers may pass)."""
     async def go() -> tuple[CellOutcome, float]:
-        cancel = asyncio.Event()
+        cancel = cancel_type()
         if cancel_after_s is not None:
             asyncio.get_running_loop().call_later(cancel_after_s, cancel.set)
         t0 = time.monotonic()
@@ -53,13 +56,18 @@ def run_timed(job: CellJob, cancel_after_s: float | None = None) -> tuple[CellOu
     return out, elapsed
 
 
-def run(job: CellJob, cancel_after_s: float | None = None) -> CellOutcome:
-    return run_timed(job, cancel_after_s)[0]
+def run(job: CellJob, cancel_after_s: float | None = None,
+        cancel_type: type[asyncio.Event] = CancelEvent) -> CellOutcome:
+    return run_timed(job, cancel_after_s, cancel_type)[0]
 
 
-def test_a_right_answer_completes_with_usage_and_leaves_nothing_on_disk(tmp_path: Path) -> None:
+EVENTS = pytest.mark.parametrize("cancel_type", [CancelEvent, asyncio.Event])
+
+
+@EVENTS
+def test_a_right_answer_completes_with_usage_and_leaves_nothing_on_disk(tmp_path: Path, cancel_type) -> None:
     job = make_job(tmp_path)
-    out = run(job)
+    out = run(job, cancel_type=cancel_type)
     r = out.report
     assert (r.status, r.execution, r.verification, r.score) == (Status.COMPLETED, Execution.COMPLETED, Verification.VALID, 1.0)
     assert (r.usage, r.input_tokens, r.output_tokens, r.cost_usd, r.cached_tokens) == (Usage.COMPLETE, 7, 3, 0.01, 2)
@@ -92,9 +100,10 @@ def test_an_infrastructure_error_is_unknown_and_retried(tmp_path: Path, mode: st
     assert InfrastructureError.__name__ == "InfrastructureError"
 
 
-def test_a_timeout_is_a_subject_failure_that_says_the_thread_may_run_on(tmp_path: Path) -> None:
+@EVENTS
+def test_a_timeout_is_a_subject_failure_that_says_the_thread_may_run_on(tmp_path: Path, cancel_type) -> None:
     out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 1.5}},
-                                      {"params": {"mode": "seen"}}, timeout_s=1))
+                                      {"params": {"mode": "seen"}}, timeout_s=1), cancel_type=cancel_type)
     r = out.report
     assert elapsed < 1.4
     assert (r.execution, r.verification, r.score) == (Execution.SUBJECT_FAILED, Verification.VALID, 1.0)
@@ -144,17 +153,19 @@ def test_a_verifier_timeout_is_invalid(tmp_path: Path) -> None:
     assert r.verification == Verification.INVALID and "verifier timeout after 1s" in r.detail
 
 
-def test_subject_and_verifier_share_a_thread_but_keep_their_own_timeouts(tmp_path: Path) -> None:
+@EVENTS
+def test_subject_and_verifier_share_a_thread_but_keep_their_own_timeouts(tmp_path: Path, cancel_type) -> None:
     """One thread runs both, yet each timeout counts from its own start: 0.6 s + 0.6 s passes
     timeouts of 1 s each; a verifier that overruns after a slow subject is cut at its own 1 s."""
     out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 0.6}},
-                                      {"params": {"mode": "sleep", "seconds": 0.6}, "timeoutSeconds": 1}, timeout_s=1))
+                                      {"params": {"mode": "sleep", "seconds": 0.6}, "timeoutSeconds": 1}, timeout_s=1),
+                             cancel_type=cancel_type)
     r = out.report
     assert (r.execution, r.verification, r.score) == (Execution.COMPLETED, Verification.VALID, 1.0), r.detail
     assert elapsed >= 1.2
     out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 0.8}},
                                       {"params": {"mode": "sleep", "seconds": 3}, "timeoutSeconds": 1}, timeout_s=2,
-                                      attempt="run-1:add/r2/s1:a2"))
+                                      attempt="run-1:add/r2/s1:a2"), cancel_type=cancel_type)
     r = out.report
     assert r.execution == Execution.COMPLETED and r.verification == Verification.INVALID
     assert "verifier timeout after 1s" in r.detail and 1.7 <= elapsed < 2.6, (elapsed, r.detail)
@@ -189,8 +200,10 @@ def test_a_credential_never_reaches_an_artifact_or_the_report(tmp_path: Path) ->
     assert [f.path.read_text() for f in out.files] == ["key=[redacted]"]
 
 
-def test_cancel_returns_promptly(tmp_path: Path) -> None:
-    out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 1.5}}), cancel_after_s=0.2)
+@EVENTS
+def test_cancel_returns_promptly(tmp_path: Path, cancel_type) -> None:
+    out, elapsed = run_timed(make_job(tmp_path, {"params": {"mode": "sleep", "seconds": 1.5}}), cancel_after_s=0.2,
+                             cancel_type=cancel_type)
     r = out.report
     assert elapsed < 1.0
     assert (r.status, r.execution, r.verification) == (Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN)
@@ -205,7 +218,7 @@ def test_a_noop_cell_is_cheap(tmp_path: Path) -> None:
 
     async def go() -> float:
         ex = PythonExecutor()
-        cancel = asyncio.Event()
+        cancel = CancelEvent()
         await ex.run(jobs[0], cancel)  # imports and caches the callables
         t0 = time.perf_counter()
         for job in jobs[1:]:
@@ -219,3 +232,25 @@ def test_a_noop_cell_is_cheap(tmp_path: Path) -> None:
     assert mean_s < 0.003
     scratch = tmp_path / "scratch"
     assert not scratch.exists() or list(scratch.iterdir()) == []  # a no-op cell leaves no dir
+
+
+def test_a_cancel_event_runs_each_callback_once_when_set() -> None:
+    """CancelEvent: callbacks run at `set` (or at once when already set), once; a removed one
+    never runs; it stays an asyncio.Event for every executor that waits on it."""
+    async def go() -> list[str]:
+        ran: list[str] = []
+        e = CancelEvent()
+        e.add_callback(lambda: ran.append("a"))
+        gone = lambda: ran.append("removed")  # noqa: E731
+        e.add_callback(gone)
+        e.remove_callback(gone)
+        e.remove_callback(gone)  # twice: nothing
+        waiter = asyncio.ensure_future(e.wait())
+        await asyncio.sleep(0)
+        e.set()
+        e.set()
+        assert await waiter is True
+        e.add_callback(lambda: ran.append("late"))
+        return ran
+
+    assert asyncio.run(go()) == ["a", "late"]

@@ -13,6 +13,7 @@ never an invented zero.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -23,7 +24,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from common.evidence import ArtifactUnavailable, Report, Usage, evidence_problem, expected_status
 from common.limits import (
@@ -70,6 +71,34 @@ class LocalArtifact:
 class CellOutcome:
     report: Report  # artifacts=(): the session fills digests; `unavailable` may be set
     files: tuple[LocalArtifact, ...]
+
+
+class CancelEvent(asyncio.Event):
+    """The cancel of a group's cells: an `asyncio.Event` that also runs callbacks when set, so
+    that an executor can wait for its cell or the cancel on one future, without a task parked
+    in `wait()` per wait (a task, its cancel and asyncio.wait's own future cost more than a
+    no-op cell). Callbacks run on the event loop, in `set`, once each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        super().set()
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn()
+
+    def add_callback(self, fn: Callable[[], None]) -> None:
+        """Run `fn` when the event is set (at once if it is already set)."""
+        if self.is_set():
+            fn()
+        else:
+            self._callbacks.append(fn)
+
+    def remove_callback(self, fn: Callable[[], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._callbacks.remove(fn)
 
 
 class Executor(Protocol):

@@ -33,6 +33,7 @@ from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX
 from common.spec import VERIFIER_TIMEOUT_SECONDS_DEFAULT
 from worker.executor.base import (
     AttemptDirs,
+    CancelEvent,
     CellJob,
     CellOutcome,
     LocalArtifact,
@@ -182,8 +183,26 @@ def _subject_then_verifier(hop: _Hop, subject_fn: Callable[..., Any], ctx: CellC
 
 
 async def _wait(fut: asyncio.Future[Any], timeout_s: float, cancel: asyncio.Event) -> object:
-    """_DONE, _TIMEOUT or _CANCELLED, whichever comes first."""
-    if not fut.done() and not cancel.is_set():
+    """_DONE, _TIMEOUT or _CANCELLED, whichever comes first. With a CancelEvent (the
+    session's), on one future woken by whichever comes first; else with a task in `cancel.wait()`."""
+    if not fut.done() and not cancel.is_set() and isinstance(cancel, CancelEvent):
+        loop = asyncio.get_running_loop()
+        wake = loop.create_future()
+
+        def woken(_: object = None) -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        fut.add_done_callback(woken)
+        cancel.add_callback(woken)
+        timer = loop.call_later(timeout_s, woken)
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            fut.remove_done_callback(woken)
+            cancel.remove_callback(woken)
+    elif not fut.done() and not cancel.is_set():
         cancelled = asyncio.ensure_future(cancel.wait())
         try:
             await asyncio.wait((fut, cancelled), timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)

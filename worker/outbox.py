@@ -959,8 +959,13 @@ class WorkerState:
 
     async def ack_async(self, attempt_id: AttemptId) -> bool:
         """`ack`, group-committed (acks of one AckBatch share a transaction)."""
-        found: bool = await self._group("acknowledge a report", lambda txn: self._ack(txn, attempt_id))
+        found: bool = await self.ack_queued(attempt_id)
         return found
+
+    def ack_queued(self, attempt_id: AttemptId) -> asyncio.Future[bool]:
+        """`ack_async` queued at once, in call order with every other operation: the future of
+        its commit, with no task to run it (the session settles an entry by this future)."""
+        return self._queue("acknowledge a report", lambda txn: self._ack(txn, attempt_id))
 
     async def record_assignment_async(self, assignment_id: AssignmentId, payload: bytes) -> bool:
         fresh: bool = await self._group("record an assignment",
@@ -968,15 +973,23 @@ class WorkerState:
         return fresh
 
     async def finish_assignment_async(self, assignment_id: AssignmentId) -> None:
-        await self._group("finish an assignment", lambda txn: (self._finish_assignment(txn, assignment_id), ()))
+        await self.finish_assignment_queued(assignment_id)
+
+    def finish_assignment_queued(self, assignment_id: AssignmentId) -> asyncio.Future[None]:
+        """`finish_assignment_async` queued at once, as `ack_queued`."""
+        return self._queue("finish an assignment", lambda txn: (self._finish_assignment(txn, assignment_id), ()))
 
     async def _group(self, action: str, body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]]) -> Any:
+        return await self._queue(action, body)
+
+    def _queue(self, action: str, body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]]) -> asyncio.Future[Any]:
+        """Queue an operation for the writer thread; the future resolves after its commit."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         if self._writer is None:
             self._start_writer()
         self._ops.put(_Op(action, body, loop, fut))
-        return await fut
+        return fut
 
     def _start_writer(self) -> None:
         with self._writer_start:

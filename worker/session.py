@@ -1011,7 +1011,7 @@ class WorkerSession:
                 self.reports_acked += 1
                 # Settled by the commit itself, not by this task: a stream cut while the ack
                 # commits cancels the task, and the entry, no longer pending, is never replayed.
-                acked = asyncio.ensure_future(self._state.ack_async(entry.attempt_id))
+                acked = self._state.ack_queued(entry.attempt_id)  # queued now: before the finish below
                 acked.add_done_callback(lambda f: f.cancelled() or f.exception() or self._settle(entry, dead=False))
                 finished = self._finish_with_ack(s, entry, ack.outcome)
                 await asyncio.shield(acked)
@@ -1058,7 +1058,7 @@ class WorkerSession:
     def _finish_by_reports(self, held: _Held) -> asyncio.Future[None]:
         """Finish `held` locally once the outbox commits it; like an ack, settled by the commit
         itself, so a stream cut meanwhile changes nothing."""
-        done = asyncio.ensure_future(self._state.finish_assignment_async(held.assignment_id))
+        done = self._state.finish_assignment_queued(held.assignment_id)
 
         def finished(f: asyncio.Future[None]) -> None:
             held.finishing = False

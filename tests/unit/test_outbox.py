@@ -444,6 +444,33 @@ def test_group_commit_puts_and_acks_many_operations_in_few_transactions(state: W
         reopened.close()
 
 
+def test_queued_operations_are_queued_at_the_call_in_call_order_and_need_no_task(state: WorkerState,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """ack_queued and finish_assignment_queued hand their operation to the writer when called
+    (a plain future, no task to start later), so an ack queued before a finish commits first."""
+    import asyncio
+
+    order: list[str] = []
+    real_ack, real_finish = WorkerState._ack, WorkerState._finish_assignment
+    monkeypatch.setattr(WorkerState, "_ack", lambda self, txn, a: (order.append(f"ack {a}"), real_ack(self, txn, a))[1])
+    monkeypatch.setattr(WorkerState, "_finish_assignment",
+                        lambda self, txn, g: (order.append(f"finish {g}"), real_finish(self, txn, g))[1])
+    state.record_assignment(G1, b"push")
+    state.put_report(A1, G1, b"one", [])
+    state.put_report(A2, G1, b"two", [])
+
+    async def main() -> tuple:
+        first = state.ack_queued(A1)
+        finish = state.finish_assignment_queued(G1)
+        second = state.ack_queued(A2)  # after the finish: still committed, in its place
+        assert not isinstance(first, asyncio.Task) and isinstance(first, asyncio.Future)
+        return await first, await finish, await second
+
+    assert asyncio.run(main()) == (True, None, True)
+    assert order == [f"ack {A1}", f"finish {G1}", f"ack {A2}"]
+    assert state.depth == 0 and state.was_finished(G1) and state.assignments() == []
+
+
 def test_group_commit_a_conflict_fails_only_its_own_operation(state: WorkerState) -> None:
     """A refused operation in a batch aborts its nested transaction only; the others commit."""
     import asyncio

@@ -254,3 +254,16 @@ def test_a_cancel_event_runs_each_callback_once_when_set() -> None:
         return ran
 
     assert asyncio.run(go()) == ["a", "late"]
+
+
+def test_an_attempts_dir_is_built_once_for_the_executor_and_the_session(tmp_path: Path) -> None:
+    """AttemptDirs.of answers a repeat (the session's, after the executor's) from its cache,
+    with the same path it always built; distinct attempts keep distinct dirs."""
+    from worker.executor.base import safe_name
+
+    root = tmp_path / "scratch"
+    first = AttemptDirs.of(root, "run-1:add/r2/s1:a1")
+    assert first.root == root / safe_name("run-1:add/r2/s1:a1")
+    assert AttemptDirs.of(root, "run-1:add/r2/s1:a1").root is first.root
+    assert AttemptDirs.of(root, "run-1:add/r2/s1:a2").root != first.root
+    assert AttemptDirs.of(tmp_path / "other", "run-1:add/r2/s1:a1").root.parent == tmp_path / "other"

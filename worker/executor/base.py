@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -288,6 +289,16 @@ def safe_name(attempt_id: str) -> str:
     return f"{readable}-{hashlib.sha256(attempt_id.encode()).hexdigest()[:12]}"
 
 
+# The executor and then the session ask for each attempt's dir once each; more than the cells
+# of every slot running at once, so the session's ask always finds the executor's answer.
+ATTEMPT_DIRS_CACHED_MAX = 1024
+
+
+@functools.lru_cache(maxsize=ATTEMPT_DIRS_CACHED_MAX)
+def _attempt_root(work_root: Path, attempt_id: str) -> Path:
+    return work_root / safe_name(attempt_id)
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptDirs:
     """An attempt's scratch dirs under `root`. The others are derived when asked for: a cell
@@ -297,7 +308,7 @@ class AttemptDirs:
 
     @classmethod
     def of(cls, work_root: Path, attempt_id: str) -> AttemptDirs:
-        return cls(work_root / safe_name(attempt_id))
+        return cls(_attempt_root(work_root, attempt_id))
 
     @property
     def work(self) -> Path:  # the cwd and HOME; deleted by the executor

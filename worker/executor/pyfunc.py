@@ -372,14 +372,16 @@ class PythonExecutor:
         """The common ending: a cell that made no directory costs one stat; anything with
         files in it is removed and collected in a thread, off the event loop."""
         if not os.path.lexists(dirs.root):
-            return self._finish(ev, dirs, redactor, started)
+            return self._finish(ev, dirs, redactor, started, scratch=False)
         return await asyncio.to_thread(self._finish, ev, dirs, redactor, started)
 
-    def _finish(self, ev: _Evidence, dirs: AttemptDirs, redactor: Redactor, started: int) -> CellOutcome:
+    def _finish(self, ev: _Evidence, dirs: AttemptDirs, redactor: Redactor, started: int, *,
+                scratch: bool | None = None) -> CellOutcome:
+        """`scratch`: whether the attempt's dir exists, when the caller has just looked."""
         files: list[LocalArtifact] = []
         unavailable: list[ArtifactUnavailable] = []
         gone = True
-        if os.path.lexists(dirs.root):
+        if os.path.lexists(dirs.root) if scratch is None else scratch:
             gone = remove_tree(dirs.work)
             if not gone:
                 ev.notes.append("work dir could not be removed")

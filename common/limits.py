@@ -73,6 +73,9 @@ SNAPSHOT_EVERY_RECORDS = 50_000
 # so no part holds a slot refill past its 20 ms target. Retention's deletions go the same way,
 # this many keys a transaction (about 2 us a key).
 SNAPSHOT_PART_BYTES = 1 << 20
+# Parts read from the snapshot child and not yet written by the actor: the coordinator holds at
+# most this many (8 MiB) of a snapshot, never all of it (264 MB at a million cells).
+SNAPSHOT_PARTS_AHEAD_MAX = 8
 COMPACT_STEP_KEYS_MAX = 5_000
 SESSION_SEND_QUEUE_FRAMES_MAX = 1_000
 # Admin listings (GetResults, ListAttempts) come in pages built on the actor thread between

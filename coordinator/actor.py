@@ -11,10 +11,11 @@ Nothing leaves the process before the commit it depends on.
 
 Snapshots are encoded off the actor thread, in a forked child: fork gives the child a
 copy-on-write image of the state as of the last commit, the child pickles it into a pipe and
-exits, a reader thread collects the bytes, and the actor stores them (LMDB is the actor's) in
-parts of SNAPSHOT_PART_BYTES, one short transaction between two batches each, then the
-manifest that makes the snapshot exist, then retention's deletions in bounded steps; commits
-go on meanwhile. The actor thread pays the fork (page tables) and each part's write, not the
+exits, a reader thread hands the bytes to the actor part by part as they arrive (parts of
+SNAPSHOT_PART_BYTES, at most SNAPSHOT_PARTS_AHEAD_MAX held), and the actor stores each (LMDB is
+the actor's) in one short transaction between two batches, then, once the child exited
+cleanly, the manifest that makes the snapshot exist, then retention's deletions in bounded
+steps; commits go on meanwhile. The actor thread pays the fork (page tables) and each part's write, not the
 encoding. The child touches nothing but memory and its
 pipe (no logging, no gRPC, no LMDB) and leaves with os._exit. Should a child fail, that
 snapshot is encoded on the actor thread instead, as before.

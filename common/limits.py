@@ -64,15 +64,20 @@ UPLOADS_IN_FLIGHT_MAX = 4
 ACTOR_QUEUE_COMMANDS_MAX = 10_000
 COMMIT_BATCH_COMMANDS_MAX = 512
 # A snapshot is encoded in a forked child (coordinator/actor.py), so its cost to the actor is
-# the fork and the part writes, not the pickling; replaying 50,000 records takes about 1.2 s
-# (24 us per record, `python -m tools.bench_core`), which bounds recovery time after the
-# snapshot's own load (tools/bench_scale).
-SNAPSHOT_EVERY_RECORDS = 50_000
+# the fork and the part writes, not the pickling. Recovery is the snapshot's load plus the tail
+# replayed after it: at a million cells the load takes about 6 s and a record of the tail about
+# 65 us to decode and step (docs/benchmarks.md), so a tail of 50,000 records (3.3 s) put the
+# worst recovery past the 10 s goal, and 25,000 (1.6 s) keeps it under. The price: a million-cell
+# state is encoded (about 15-20 s of the child's CPU) twice as often.
+SNAPSHOT_EVERY_RECORDS = 25_000
 # A snapshot encoded in a child is stored in parts of this size, one LMDB transaction each,
 # between the actor's batches: about 10 ms a part on this machine's disk (tools/bench_scale),
 # so no part holds a slot refill past its 20 ms target. Retention's deletions go the same way,
 # this many keys a transaction (about 2 us a key).
 SNAPSHOT_PART_BYTES = 1 << 20
+# Parts read from the snapshot child and not yet written by the actor: the coordinator holds at
+# most this many (8 MiB) of a snapshot, never all of it (264 MB at a million cells).
+SNAPSHOT_PARTS_AHEAD_MAX = 8
 COMPACT_STEP_KEYS_MAX = 5_000
 SESSION_SEND_QUEUE_FRAMES_MAX = 1_000
 # Admin listings (GetResults, ListAttempts) come in pages built on the actor thread between

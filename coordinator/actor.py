@@ -11,10 +11,11 @@ Nothing leaves the process before the commit it depends on.
 
 Snapshots are encoded off the actor thread, in a forked child: fork gives the child a
 copy-on-write image of the state as of the last commit, the child pickles it into a pipe and
-exits, a reader thread collects the bytes, and the actor stores them (LMDB is the actor's) in
-parts of SNAPSHOT_PART_BYTES, one short transaction between two batches each, then the
-manifest that makes the snapshot exist, then retention's deletions in bounded steps; commits
-go on meanwhile. The actor thread pays the fork (page tables) and each part's write, not the
+exits, a reader thread hands the bytes to the actor part by part as they arrive (parts of
+SNAPSHOT_PART_BYTES, at most SNAPSHOT_PARTS_AHEAD_MAX held), and the actor stores each (LMDB is
+the actor's) in one short transaction between two batches, then, once the child exited
+cleanly, the manifest that makes the snapshot exist, then retention's deletions in bounded
+steps; commits go on meanwhile. The actor thread pays the fork (page tables) and each part's write, not the
 encoding. The child touches nothing but memory and its
 pipe (no logging, no gRPC, no LMDB) and leaves with os._exit. Should a child fail, that
 snapshot is encoded on the actor thread instead, as before.
@@ -48,6 +49,7 @@ from common.limits import (
     COMMIT_BATCH_COMMANDS_MAX,
     COMPACT_STEP_KEYS_MAX,
     SNAPSHOT_PART_BYTES,
+    SNAPSHOT_PARTS_AHEAD_MAX,
 )
 from coordinator import codec
 from coordinator.core import commands as c
@@ -69,6 +71,7 @@ from coordinator.store import Store
 
 log = structlog.get_logger("fleet.actor")
 TICK_MS_DEFAULT = 200
+SNAPSHOT_HANDOVER_S = 60  # how long the reader thread waits for room in the actor's queue
 
 
 class Overloaded(Exception):
@@ -424,57 +427,79 @@ class Actor:
                          name="fleet-snapshot", daemon=True).start()
 
     def _collect_snapshot(self, pid: int, r: int, index: int, fork_s: float, started: float) -> None:
-        """Reader thread: the child's bytes, then a chore for the actor to store them."""
-        chunks = []
-        with os.fdopen(r, "rb") as f:
-            while chunk := f.read(1 << 20):
-                chunks.append(chunk)
-        _, status = os.waitpid(pid, 0)
-        data = b"".join(chunks) if os.waitstatus_to_exitcode(status) == 0 else None
-        crc = zlib.crc32(data) if data is not None else 0
-        encode_s = time.perf_counter() - started
+        """Reader thread: the child's bytes, handed to the actor one part at a time as they
+        arrive (each a chore: one short transaction between batches), then the manifest once
+        the child has exited cleanly. At most SNAPSHOT_PARTS_AHEAD_MAX parts are held here: the
+        coordinator never holds the whole snapshot (264 MB at a million cells, twice that while
+        it was joined into one bytes object: the peak RSS of a read that overlapped a snapshot),
+        and the actor never pays for joining, copying or checksumming it."""
+        size = self._snapshot_part_bytes
+        room = threading.BoundedSemaphore(SNAPSHOT_PARTS_AHEAD_MAX)
+        stalls: list[float] = []
+        head = b""
+        crc = total = parts = 0
+        handed = True
 
-        def store() -> None:
-            if data is None or not data.startswith(FORMAT_TAG):
-                self._snapshot_pending = None
-                log.warning("snapshot_child_failed", index=index, exit_status=status)
-                self._snapshot_in_child = False  # encode here from now on: progress over speed
-                return
-            # One part per chore, then the manifest: the longest stall is one part's write.
-            view = memoryview(data)
-            size = self._snapshot_part_bytes
-            parts = max(1, -(-len(data) // size))
-            stalls: list[float] = []
-
-            def part(i: int) -> None:
+        def part(i: int, data: bytes) -> None:
+            try:
                 if self._snapshot_pending != index:
                     return  # abandoned (a newer snapshot was stored at shutdown)
                 t = time.perf_counter()
-                self._store.write_snapshot_part(index, i, bytes(view[i * size:(i + 1) * size]))
+                self._store.write_snapshot_part(index, i, data)
                 stalls.append(time.perf_counter() - t)
+            finally:
+                room.release()
 
-            def finish() -> None:
-                if self._snapshot_pending != index:
-                    return
-                self._snapshot_pending = None
-                newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
-                if index <= newest:
-                    return
-                t = time.perf_counter()
-                self._store.finish_snapshot(index, parts, len(data), crc)
-                stalls.append(time.perf_counter() - t)
-                self._snapshot_done(index, len(data), encode_s=encode_s, fork_s=fork_s,
-                                    store_s=sum(stalls), store_stall_max_s=max(stalls), parts=parts,
-                                    in_child=True)
+        with os.fdopen(r, "rb") as f:
+            while chunk := f.read(size):
+                if len(head) < len(FORMAT_TAG):
+                    head += chunk[:len(FORMAT_TAG) - len(head)]
+                crc = zlib.crc32(chunk, crc)
+                total += len(chunk)
+                # Bounded: a slow actor makes this thread wait, and the child wait on its pipe.
+                handed = (room.acquire(timeout=SNAPSHOT_HANDOVER_S)
+                          and self._hand(lambda i=parts, data=chunk: self._chores.append(lambda: part(i, data))))
+                if not handed:
+                    break  # closing the pipe ends the child (EPIPE)
+                parts += 1
+        _, status = os.waitpid(pid, 0)
+        encode_s = time.perf_counter() - started
+        ok = handed and os.waitstatus_to_exitcode(status) == 0 and head == FORMAT_TAG
+
+        def finish() -> None:
+            if self._snapshot_pending != index:
+                return
+            self._snapshot_pending = None
+            if not ok:
+                self._store.abandon_parts(index)  # orphans, deleted by the compaction steps
                 self._chores.append(self._compact)
+                if handed:
+                    log.warning("snapshot_child_failed", index=index, exit_status=status)
+                    self._snapshot_in_child = False  # encode here from now on: progress over speed
+                return
+            newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
+            if index <= newest:
+                return
+            t = time.perf_counter()
+            self._store.finish_snapshot(index, parts, total, crc)
+            stalls.append(time.perf_counter() - t)
+            self._snapshot_done(index, total, encode_s=encode_s, fork_s=fork_s,
+                                store_s=sum(stalls), store_stall_max_s=max(stalls), parts=parts,
+                                in_child=True)
+            self._chores.append(self._compact)
 
-            self._chores.extend(lambda i=i: part(i) for i in range(parts))
-            self._chores.append(finish)
-
-        try:
-            self._queue.put(Request(chore=store), timeout=60)
-        except queue.Full:
+        # After every part's chore (the actor runs chores in order); a failed hand-over above
+        # leaves the snapshot pending, so the manifest's own hand-over is the last attempt.
+        if not self._hand(lambda: self._chores.append(finish)):
             self._snapshot_pending = None  # the next batch forks again
+
+    def _hand(self, chore: Callable[[], None]) -> bool:
+        """Give the actor thread a chore to queue (from another thread); False if it is too busy."""
+        try:
+            self._queue.put(Request(chore=chore), timeout=SNAPSHOT_HANDOVER_S)
+            return True
+        except queue.Full:
+            return False
 
     def _compact(self) -> None:
         """One bounded step of deleting what retention freed; again until nothing is left."""

@@ -371,6 +371,13 @@ class Store:
             self._compact_through = max(self._compact_through, kept[0])
         self._parts_freed = self._parts_freed or bool(dropped)
 
+    def abandon_parts(self, last_index: int) -> None:
+        """The parts written for `last_index` will never get their manifest (the child that
+        encoded them failed): later `compact_step`s delete them."""
+        if self._parts_writing == last_index:
+            self._parts_writing = 0
+        self._parts_freed = True
+
     @property
     def compaction_due(self) -> bool:
         return self._compact_through > 0 or self._parts_freed

@@ -53,7 +53,7 @@ RESET_FRACTION = 0.005  # stream reset by a middlebox; the worker reconnects at 
 # Every this many commands the whole state is checked. At 1,000,000 cells a checkpoint costs
 # seconds, so about a dozen of them over a run of ~5,000,000 commands.
 CHECKPOINT_EVERY_COMMANDS = 500_000
-# The daemon snapshots every limits.SNAPSHOT_EVERY_RECORDS (50,000) records, off its actor
+# The daemon snapshots every limits.SNAPSHOT_EVERY_RECORDS (25,000) records, off its actor
 # thread; here a snapshot is encoded on the simulation's only thread, so less often.
 SNAPSHOT_EVERY_RECORDS = 250_000
 

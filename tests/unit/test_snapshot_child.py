@@ -1,13 +1,16 @@
 """Snapshots encoded in a forked child while the actor keeps committing: each one decodes to
 exactly the fold of the log up to its index, and recovery from the store (snapshot + tail)
-equals a full replay of every record ever committed; method: a real Store in a temp dir, a
+equals a full replay of every record ever committed, also after a child that died mid-way
+through streaming its parts; method: a real Store in a temp dir, a
 real Actor with a short snapshot interval, a run driven to completion through it."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
-from common.ids import AttemptId, WorkerId
+from common.ids import AttemptId, RunId, WorkerId, run_id_for
+from coordinator import actor as actor_module
 from coordinator.actor import Actor, Request, recover
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
@@ -15,8 +18,9 @@ from coordinator.core.effects import OfferRun, PushAssignment
 from coordinator.core.state import durable_fingerprint
 from coordinator.logcodec import decode_record
 from coordinator.snapshot import decode_state
-from coordinator.store import Store
+from coordinator.store import DB_SNAP_PARTS, Store, index_key
 from tests.unit.core_helpers import ENV, OK, make_policy, make_spec
+from tests.unit.test_store_parts import keys
 
 SNAPSHOT_EVERY = 40
 PART_BYTES = 4_096  # several parts per snapshot, as a large state has
@@ -29,6 +33,53 @@ def fold(records: list[bytes]):
         state, t = step(state, decode_record(data)[1])
         assert t.outcome.ok
     return state
+
+
+def drive(store: Store, timings: list[dict]) -> RunId:
+    """A run driven to completion through a real actor on `store`; the actor is stopped."""
+    pushes: list[PushAssignment] = []
+    lock = threading.Lock()
+
+    def deliver(batch) -> None:
+        for done, value in batch.completions:
+            done(value)
+
+    actor = Actor(store, new_state(), 0, deliver=deliver, tick_ms=0, on_snapshot=timings.append,
+                  snapshot_part_bytes=PART_BYTES)
+    actor.start()
+
+    def apply(make) -> object:
+        got = threading.Event()
+        box: list = []
+
+        def done(t) -> None:
+            with lock:
+                pushes.extend(e for e in t.effects if isinstance(e, PushAssignment))
+            box.append(t)
+            got.set()
+
+        actor.submit(Request(make=make, done=done))
+        assert got.wait(WAIT_S)
+        return box[0]
+
+    spec, policy = make_spec(tasks=120, subjects=3, cap=8), make_policy()
+    run_id = RunId(run_id_for(spec.canonical, policy.canonical()))
+    assert apply(lambda now: c.RunSubmitted(now, run_id, spec, policy)).outcome.ok
+    for i in range(4):
+        t = apply(lambda now, i=i: c.WorkerRegistered(now, WorkerId(f"w{i}"), 1, 2, ENV))
+        for offer in [e for e in t.effects if isinstance(e, OfferRun)]:  # measured as the right build would
+            assert apply(lambda now, o=offer: c.RunEnvironmentMeasured(now, o.worker_id, 1, o.run_id, ())).outcome.ok
+    for _ in range(10_000):
+        with lock:
+            if not pushes:
+                break
+            push = pushes.pop(0)
+        for cell in push.cells:
+            t = apply(lambda now, p=push, a=cell.attempt_id: c.CellReported(
+                now, p.worker_id, AttemptId(a), p.assignment_id, p.generation, OK))
+            assert t.outcome.ok, t.outcome
+    actor.stop()
+    return run_id
 
 
 def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Path) -> None:
@@ -60,49 +111,7 @@ def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Pat
 
     store.append, store.write_snapshot = spy_append, spy_snapshot  # type: ignore[method-assign]
     store.write_snapshot_part, store.finish_snapshot = spy_part, spy_finish  # type: ignore[method-assign]
-    pushes: list[PushAssignment] = []
-    lock = threading.Lock()
-
-    def deliver(batch) -> None:
-        for done, value in batch.completions:
-            done(value)
-
-    actor = Actor(store, new_state(), 0, deliver=deliver, tick_ms=0, on_snapshot=timings.append,
-                  snapshot_part_bytes=PART_BYTES)
-    actor.start()
-
-    def apply(make) -> object:
-        got = threading.Event()
-        box: list = []
-
-        def done(t) -> None:
-            with lock:
-                pushes.extend(e for e in t.effects if isinstance(e, PushAssignment))
-            box.append(t)
-            got.set()
-
-        actor.submit(Request(make=make, done=done))
-        assert got.wait(WAIT_S)
-        return box[0]
-
-    spec, policy = make_spec(tasks=120, subjects=3, cap=8), make_policy()
-    from common.ids import run_id_for
-    run_id = run_id_for(spec.canonical, policy.canonical())
-    assert apply(lambda now: c.RunSubmitted(now, run_id, spec, policy)).outcome.ok
-    for i in range(4):
-        t = apply(lambda now, i=i: c.WorkerRegistered(now, WorkerId(f"w{i}"), 1, 2, ENV))
-        for offer in [e for e in t.effects if isinstance(e, OfferRun)]:  # measured as the right build would
-            assert apply(lambda now, o=offer: c.RunEnvironmentMeasured(now, o.worker_id, 1, o.run_id, ())).outcome.ok
-    for _ in range(10_000):
-        with lock:
-            if not pushes:
-                break
-            push = pushes.pop(0)
-        for cell in push.cells:
-            t = apply(lambda now, p=push, a=cell.attempt_id: c.CellReported(
-                now, p.worker_id, AttemptId(a), p.assignment_id, p.generation, OK))
-            assert t.outcome.ok, t.outcome
-    actor.stop()
+    run_id = drive(store, timings)
     store.close()
 
     forked = [t for t in timings if t["in_child"]]
@@ -111,6 +120,64 @@ def test_snapshots_taken_while_committing_recover_to_a_full_replay(tmp_path: Pat
     assert any(t["behind"] > 0 for t in forked), "no commit happened while a child encoded"
     for index, data in snapshots:
         assert durable_fingerprint(decode_state(data)) == durable_fingerprint(fold(committed[:index])), index
+    with Store.open(tmp_path, snapshot_every=SNAPSHOT_EVERY) as again:
+        state, index = recover(again)
+    assert index == len(committed)
+    full = fold(committed)
+    assert full.runs[run_id].settled
+    assert durable_fingerprint(state) == durable_fingerprint(full)
+
+
+class _DiesMidway:
+    """`os` for coordinator.actor, except that a snapshot child's writes end it (exit 3) once
+    it has sent a few parts: the parts it streamed have already reached the store."""
+
+    def __init__(self, parent: int, bytes_max: int) -> None:
+        self._parent, self._left = parent, bytes_max
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def write(self, fd: int, data) -> int:
+        if os.getpid() != self._parent:
+            if self._left <= 0:
+                os._exit(3)
+            data = data[:self._left]
+            self._left -= len(data)
+        return os.write(fd, data)
+
+
+def test_a_child_that_dies_midway_leaves_no_snapshot_and_compaction_deletes_its_parts(
+        tmp_path: Path, monkeypatch) -> None:
+    # Parts go to the store as the child sends them, so a child that dies after a few has
+    # left parts without a manifest: never loaded, deleted by the compaction steps, and the
+    # snapshots after it are encoded on the actor thread (as before) and recover exactly.
+    monkeypatch.setattr(actor_module, "os", _DiesMidway(os.getpid(), 3 * PART_BYTES + 100))
+    store = Store.open(tmp_path, snapshot_every=SNAPSHOT_EVERY)
+    committed: list[bytes] = []
+    append = store.append
+
+    def spy_append(records):
+        committed.extend(records)
+        return append(records)
+
+    written: list[tuple[int, int]] = []
+    write_part = store.write_snapshot_part
+
+    def spy_part(index, part, data):
+        written.append((index, part))
+        return write_part(index, part, data)
+
+    store.append, store.write_snapshot_part = spy_append, spy_part  # type: ignore[method-assign]
+    timings: list[dict] = []
+    run_id = drive(store, timings)
+    failed = {index for index, _ in written}
+    assert len(failed) == 1 and len(written) >= 3, written  # the first child streamed parts, then died
+    assert timings and not any(t["in_child"] for t in timings), timings  # then: on the actor thread
+    assert not failed & set(store.snapshot_indexes)
+    store.close()
+    assert not any(k[:8] == index_key(i) for k in keys(tmp_path, DB_SNAP_PARTS) for i in failed), \
+        "the dead child's parts were deleted"
     with Store.open(tmp_path, snapshot_every=SNAPSHOT_EVERY) as again:
         state, index = recover(again)
     assert index == len(committed)

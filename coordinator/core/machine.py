@@ -38,6 +38,7 @@ from coordinator.core.effects import (
     CellDispatch,
     Effect,
     Emit,
+    EndSession,
     NotifyRunState,
     OfferRun,
     Outcome,
@@ -716,6 +717,39 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
     return Transition(ACCEPTED, tuple(fx), durable)
 
 
+def _streams_alive(state: State, cmd: c.StreamsAlive) -> Transition:
+    """Sessions whose stream is up count as heard from, but only for a worker the core gives
+    no group: a worker that holds one heartbeats every interval itself, so its silence means
+    what it always did (suspicion after `suspect_after_ms`) whatever the transport says. So
+    the transport vouches for idle workers only, and a silently dead idle worker is noticed
+    when its stream ends (limits.TRANSPORT_DEAD_AFTER_MS). A suspected idle worker resumes,
+    as on a heartbeat; one that must register again has its session ended."""
+    now = cmd.now_ms
+    soft = state.soft
+    last_heard, contact, ended = soft.last_heard_ms, soft.contact_ms, soft.stream_ended_ms
+    workers = state.workers
+    fx: Fx = []
+    durable: list = []
+    for wid in cmd.worker_ids:
+        worker = workers.get(wid)
+        if worker is None:
+            fx.append(EndSession(wid, _unknown_worker(wid).detail))
+            continue
+        status = worker.status
+        if status != WorkerStatus.ACTIVE and status != WorkerStatus.SUSPECTED:
+            fx.append(EndSession(wid, f"worker {wid} is {status.name.lower()}: register again"))
+            continue
+        if worker.assignments or wid in ended:
+            continue  # a worker with groups speaks for itself; an ended stream is not vouched for
+        last_heard[wid] = now
+        contact[wid] = now
+        if status == WorkerStatus.SUSPECTED:
+            t = _HANDLERS[c.WorkerResumed](state, c.WorkerResumed(now, wid))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+    return Transition(ACCEPTED, tuple(fx), tuple(durable))
+
+
 def _disconnected(state: State, cmd: c.WorkerDisconnected) -> Transition:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
@@ -1052,6 +1086,7 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.WorkerLost: _durable(_worker_lost),
     c.WorkerStreamEnded: _stream_ended,
     c.HeartbeatReceived: _heartbeat,
+    c.StreamsAlive: _streams_alive,
     c.WorkerDisconnected: _disconnected,
     c.ClockTicked: _clock_ticked,
 }

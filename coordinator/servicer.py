@@ -606,17 +606,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         due = [s for s in hub.sessions.values() if s.transport_liveness and not s.cut_reason]
         cap = max(1, -(-len(due) * 3 // (2 * LIVENESS_SLICES)))
         stale = now - interval * 0.9
-        alive: list[WorkerId] = []
+        alive: list[tuple[WorkerId, tuple]] = []
         for session in due:
             if session.beat_at <= stale:
                 session.beat_at = now
-                alive.append(WorkerId(session.worker_id))
+                alive.append((WorkerId(session.worker_id), session.owned))
                 if len(alive) >= cap:
                     break
         hub.liveness_refresh = loop.call_later(interval / LIVENESS_SLICES, self._refresh_liveness) if due else None
         if not alive:
             return
-        workers = tuple(alive)
+        sessions = tuple(alive)
 
         def done(t: Transition) -> None:
             for e in t.effects:
@@ -626,7 +626,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                         session.cut(e.reason)
 
         try:
-            self.actor.submit(Request(make=lambda now_ms: c.StreamsAlive(now_ms, workers), done=done))
+            self.actor.submit(Request(make=lambda now_ms: c.StreamsAlive(now_ms, sessions), done=done))
         except Overloaded:
             pass  # liveness is soft: the next pass carries the same news
 

@@ -81,7 +81,8 @@ class StreamsAlive:
     heartbeat per session: at 10,000 idle sessions that was 5,700 commands a second."""
 
     now_ms: int
-    worker_ids: tuple[WorkerId, ...] = ()
+    # Each session's worker and what that worker last said it owns (its last heartbeat or hello).
+    sessions: tuple[tuple[WorkerId, tuple[AssignmentId, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -722,15 +722,16 @@ def _streams_alive(state: State, cmd: c.StreamsAlive) -> Transition:
     no group: a worker that holds one heartbeats every interval itself, so its silence means
     what it always did (suspicion after `suspect_after_ms`) whatever the transport says. So
     the transport vouches for idle workers only, and a silently dead idle worker is noticed
-    when its stream ends (limits.TRANSPORT_DEAD_AFTER_MS). A suspected idle worker resumes,
-    as on a heartbeat; one that must register again has its session ended."""
+    when its stream ends (limits.TRANSPORT_DEAD_AFTER_MS). A worker that has groups here but
+    did not say so (a push lost or still in flight) is pushed them again, as on a heartbeat;
+    a suspected idle worker resumes; one that must register again has its session ended."""
     now = cmd.now_ms
     soft = state.soft
     last_heard, contact, ended = soft.last_heard_ms, soft.contact_ms, soft.stream_ended_ms
     workers = state.workers
     fx: Fx = []
     durable: list = []
-    for wid in cmd.worker_ids:
+    for wid, owned in cmd.sessions:
         worker = workers.get(wid)
         if worker is None:
             fx.append(EndSession(wid, _unknown_worker(wid).detail))
@@ -739,8 +740,15 @@ def _streams_alive(state: State, cmd: c.StreamsAlive) -> Transition:
         if status != WorkerStatus.ACTIVE and status != WorkerStatus.SUSPECTED:
             fx.append(EndSession(wid, f"worker {wid} is {status.name.lower()}: register again"))
             continue
-        if worker.assignments or wid in ended:
-            continue  # a worker with groups speaks for itself; an ended stream is not vouched for
+        if wid in ended:
+            continue  # an ended stream is not vouched for (a new hello ends the grace)
+        if worker.assignments:
+            # Not vouched for: it speaks for itself. What it has not heard of goes again.
+            said = dict.fromkeys(owned)
+            for aid in worker.assignments:
+                if aid not in said:
+                    fx.append(_push_for(state, state.assignments[aid]))
+            continue
         last_heard[wid] = now
         contact[wid] = now
         if status == WorkerStatus.SUSPECTED:

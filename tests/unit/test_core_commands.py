@@ -188,7 +188,7 @@ def _case_stream_ended():
 
 def _case_streams_alive():
     k = _one_run_one_worker()
-    return k, c.StreamsAlive(10, (WorkerId("w1"),)), OutcomeKind.ACCEPTED
+    return k, c.StreamsAlive(10, ((WorkerId("w1"), ()),)), OutcomeKind.ACCEPTED
 
 
 def _case_worker_lost():

@@ -14,8 +14,8 @@ from tests.unit.core_helpers import HEARTBEAT_MS, SUSPECT_MS, Core, make_spec, p
 IDLE = Policy()
 
 
-def alive(k: Core, *wids: str):
-    return k.apply(c.StreamsAlive(k.now, tuple(WorkerId(w) for w in wids)))
+def alive(k: Core, *wids: str, owned: tuple = ()):
+    return k.apply(c.StreamsAlive(k.now, tuple((WorkerId(w), owned) for w in wids)))
 
 
 def test_an_idle_worker_whose_stream_is_up_stays_active_without_heartbeats() -> None:
@@ -90,3 +90,15 @@ def test_a_stream_that_ended_is_not_vouched_for_and_the_worker_is_lost_after_the
     alive(k, "w1")
     k.tick()
     assert k.worker("w1").status == WorkerStatus.EXPIRED
+
+
+def test_a_group_the_worker_did_not_say_it_holds_is_pushed_again_and_liveness_is_not_stamped() -> None:
+    k = Core(make_spec(tasks=1, subjects=1))
+    [push] = pushes(k.register("w1"))  # lost on its way, say: the worker's session says it owns nothing
+    heard = k.state.soft.last_heard_ms["w1"]
+    k.advance(HEARTBEAT_MS)
+    t = alive(k, "w1")
+    assert [p.assignment_id for p in pushes(t)] == [push.assignment_id] and t.durable == ()
+    assert k.state.soft.last_heard_ms["w1"] == heard
+    t = alive(k, "w1", owned=(push.assignment_id,))
+    assert t.effects == ()

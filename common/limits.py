@@ -99,7 +99,7 @@ KEEPALIVE_TIMEOUT_MS = 10_000
 # a group heartbeats every interval and is suspected by its silence as before. So a silently
 # dead idle worker (a lost VM, a partition; a killed process ends its stream at once) is
 # noticed within TRANSPORT_DEAD_AFTER_MS (12 s), a busy one within SUSPECT_AFTER_MS_DEFAULT.
-# Each ping costs the coordinator 50-80 us of gRPC core threads (their wake-ups): at 1 s,
+# Each ping costs the coordinator 50-90 us of gRPC core threads (their wake-ups): at 1 s,
 # 1,000 idle connections cost 4.7% of a core in pings alone, at 10 s 0.9%
 # (docs/benchmarks.md, "What an idle session costs").
 SERVER_KEEPALIVE_TIME_MS = 10_000

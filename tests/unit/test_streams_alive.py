@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from common.ids import WorkerId
 from coordinator.core import commands as c
+from coordinator.core import machine
 from coordinator.core.effects import EndSession
 from coordinator.core.state import WorkerStatus
 from common.policy import Policy
@@ -102,3 +103,28 @@ def test_a_group_the_worker_did_not_say_it_holds_is_pushed_again_and_liveness_is
     assert k.state.soft.last_heard_ms["w1"] == heard
     t = alive(k, "w1", owned=(push.assignment_id,))
     assert t.effects == ()
+
+
+def test_the_tick_walks_only_when_a_decision_can_be_due_and_suspects_on_time() -> None:
+    walked = []
+    original = machine._walk_workers
+
+    def counted(*args):  # noqa: ANN002
+        walked.append(args[2])
+        original(*args)
+
+    machine._walk_workers = counted
+    try:
+        k = Core(submit=False)
+        k.register("w1")
+        k.tick(10)  # walks (the registration changed durable state); the bound: w1's suspicion
+        suspected_at = None
+        while k.now < 4_000:
+            k.tick(100)
+            if suspected_at is None and k.worker("w1").status == WorkerStatus.SUSPECTED:
+                suspected_at = k.now
+        # On the first tick at or past the suspicion window, as a walk at every tick decides;
+        # then once more after that durable change, and not again before the expiry's bound.
+        assert suspected_at == 3_510 and walked == [10, 3_510, 3_610], walked
+    finally:
+        machine._walk_workers = original

@@ -94,9 +94,15 @@ KEEPALIVE_TIME_MS = 20_000
 KEEPALIVE_TIMEOUT_MS = 10_000
 # Liveness of an idle protocol-4 session is the transport's: the coordinator pings every
 # connection this often (answered inside gRPC's C core, no Python runs on either side) and
-# drops one whose answer is this late, which ends the stream and suspects the worker. So a
-# dead peer is noticed within TRANSPORT_DEAD_AFTER_MS, inside the default suspicion window.
-SERVER_KEEPALIVE_TIME_MS = 1_000
+# drops one whose answer is this late, which ends the stream and suspects the worker. The
+# transport vouches only for workers that hold no group (core `_streams_alive`); a worker with
+# a group heartbeats every interval and is suspected by its silence as before. So a silently
+# dead idle worker (a lost VM, a partition; a killed process ends its stream at once) is
+# noticed within TRANSPORT_DEAD_AFTER_MS (12 s), a busy one within SUSPECT_AFTER_MS_DEFAULT.
+# Each ping costs the coordinator 50-90 us of gRPC core threads (their wake-ups): at 1 s,
+# 1,000 idle connections cost 4.7% of a core in pings alone, at 10 s 0.9%
+# (docs/benchmarks.md, "What an idle session costs").
+SERVER_KEEPALIVE_TIME_MS = 10_000
 SERVER_KEEPALIVE_TIMEOUT_MS = 2_000
 # Calls the gRPC server accepts before the coordinator's event loop has picked them up
 # (gRPC core's defaults, 1,000 and a hard 3,000, refuse streams at random past the first: a
@@ -115,7 +121,9 @@ RECONNECT_BACKOFF_MS_MIN = 100
 RECONNECT_BACKOFF_MS_MAX = 10_000
 
 assert SUSPECT_AFTER_MS_DEFAULT >= 3 * HEARTBEAT_INTERVAL_MS_DEFAULT, "suspicion needs several missed beats"
-assert TRANSPORT_DEAD_AFTER_MS <= SUSPECT_AFTER_MS_DEFAULT, "a dead transport is noticed before suspicion"
+# The transport vouches for idle workers only (they lose no group by dying): their silent death
+# is noticed before silence would expire a busy worker, not within the suspicion window.
+assert TRANSPORT_DEAD_AFTER_MS < EXPIRE_AFTER_MS_DEFAULT, "a dead idle transport is noticed before expiry"
 # A stream end is news (its peer closed or reset it: a killed process) only when a frame came
 # through it this recently: the keepalive ends a silent peer's stream only after the peer left
 # a ping unanswered for SERVER_KEEPALIVE_TIMEOUT_MS, so it has been quiet for that long, less

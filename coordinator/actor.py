@@ -56,6 +56,7 @@ from coordinator.core import commands as c
 from coordinator.core import new_state, step
 from coordinator.core.effects import (
     Emit,
+    EndSession,
     NotifyRunState,
     OfferRun,
     PushAssignment,
@@ -535,6 +536,8 @@ class Actor:
                                          at_ms=now))
         elif isinstance(e, Emit):
             out.outgoing.append(Outgoing("", event=e, at_ms=now))
+        elif isinstance(e, EndSession):
+            pass  # the requester's `done` ends it: the sessions are the servicer's
         else:
             raise AssertionError(f"unrouted effect {e!r}")
 

@@ -36,7 +36,7 @@ from coordinator.auth import AuthError, TokenBook, bearer, certificate_identity_
 from coordinator.backup import BackupError, take_backup
 from coordinator.codec import FrameError
 from coordinator.core import commands as c
-from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected
+from coordinator.core.effects import EndSession, Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected
 from coordinator.errors import ArtifactCorrupt, StorageError, fail_stop
 from coordinator.core.summary import Tally
 from coordinator.metrics import Metrics
@@ -352,10 +352,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if credential:  # an fsync: off the event loop, shared by the enrollments that arrive together
             await asyncio.to_thread(self.tokens.commit_enrollment, wid, credential)
         interval, suspect, expire = await submit(self.actor, query=views.timing)
-        # Transport liveness only where the transport notices a dead peer before the policy
-        # would suspect it; otherwise the worker keeps beating every interval as before.
+        # Transport liveness (for a worker holding no group: core `_streams_alive`) only where
+        # the transport notices a dead idle peer before the policy would expire a silent one;
+        # otherwise the worker keeps beating every interval as before.
         idle_ms = interval
-        if hello.protocol_version >= codec.TRANSPORT_LIVENESS_PROTOCOL_VERSION and suspect >= limits.TRANSPORT_DEAD_AFTER_MS:
+        if hello.protocol_version >= codec.TRANSPORT_LIVENESS_PROTOCOL_VERSION and expire > limits.TRANSPORT_DEAD_AFTER_MS:
             idle_ms = limits.IDLE_HEARTBEAT_INTERVAL_MS
             session.transport_liveness = True
             session.owned = cmd_owned
@@ -586,30 +587,48 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             self.hub.heartbeat_flush = loop.call_later(HEARTBEAT_COALESCE_MS / 1000, self._flush_heartbeats)
 
     def _refresh_liveness(self) -> None:
-        """Every half suspicion window (at least every heartbeat interval): each protocol-4
-        session whose stream is still up and that
-        sent no heartbeat of its own meanwhile counts as heard from, with what it last said it
-        owns. A dead peer's transport fails its keepalive within TRANSPORT_DEAD_AFTER_MS, which
-        ends the stream (WorkerDisconnected), and then silence does what it always did."""
+        """Every half suspicion window (at least every heartbeat interval): the protocol-4
+        sessions whose stream is still up and that sent no heartbeat of their own meanwhile go
+        to the actor in one StreamsAlive, and the core counts those of them that hold no group
+        as heard from (a worker with a group beats every interval itself). A dead peer's
+        transport fails its keepalive within TRANSPORT_DEAD_AFTER_MS, which ends the stream
+        (WorkerDisconnected), and then silence does what it always did."""
         hub = self.hub
         loop = asyncio.get_running_loop()
         now = loop.time()
         interval = hub.heartbeat_interval_s
         # In LIVENESS_SLICES passes per interval, each refreshing at most its share (and a
         # half) of the due sessions: 10,000 sessions that registered together would otherwise
-        # all come due at once, a 10,000-command request holding the actor some 50 ms every
-        # interval (refills wait behind it); sliced, a pass holds it a few ms. A session left
-        # over waits a pass (interval / LIVENESS_SLICES), well inside the suspicion window.
-        due = [s for s in hub.sessions.values()
-               if s.transport_liveness and not s.cut_reason]
+        # all come due at once, one command of 10,000 workers holding the actor for several ms
+        # every interval (refills wait behind it); sliced, a pass holds it about a millisecond.
+        # A session left over waits a pass (interval / LIVENESS_SLICES), well inside the
+        # suspicion window.
+        due = [s for s in hub.sessions.values() if s.transport_liveness and not s.cut_reason]
         cap = max(1, -(-len(due) * 3 // (2 * LIVENESS_SLICES)))
-        refreshed = 0
+        stale = now - interval * 0.9
+        alive: list[tuple[WorkerId, tuple]] = []
         for session in due:
-            if refreshed < cap and now - session.beat_at >= interval * 0.9:
+            if session.beat_at <= stale:
                 session.beat_at = now
-                refreshed += 1
-                self._heartbeat(session, session.owned)
+                alive.append((WorkerId(session.worker_id), session.owned))
+                if len(alive) >= cap:
+                    break
         hub.liveness_refresh = loop.call_later(interval / LIVENESS_SLICES, self._refresh_liveness) if due else None
+        if not alive:
+            return
+        sessions = tuple(alive)
+
+        def done(t: Transition) -> None:
+            for e in t.effects:
+                if isinstance(e, EndSession):
+                    session = hub.sessions.get(e.worker_id)
+                    if session is not None and session.transport_liveness:
+                        session.cut(e.reason)
+
+        try:
+            self.actor.submit(Request(make=lambda now_ms: c.StreamsAlive(now_ms, sessions), done=done))
+        except Overloaded:
+            pass  # liveness is soft: the next pass carries the same news
 
     def _flush_heartbeats(self) -> None:
         self.hub.heartbeat_flush = None

@@ -20,6 +20,11 @@ process's kernel closes its socket at once (the coordinator sees the stream end,
 short grace starts), while a partition is silence, and the transport notices it only after its
 keepalive timeout (a stream end the core treats as silence, since nothing came through the
 stream for that long). A stream reset with the worker alive (a middlebox) is a third fault: it reconnects.
+
+Workers speak protocol 4 as fleet-worker does: one that holds a group heartbeats every interval,
+an idle one only when what it would say changed or the idle interval passed; meanwhile the
+coordinator's side says which sessions are still up (StreamsAlive every half suspicion window, as
+the servicer does), including a partitioned worker's until the keepalive ends its stream.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from common.limits import SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
+from common.limits import IDLE_HEARTBEAT_INTERVAL_MS, SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
 from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, ArtifactRef, expected_status
 from common.ids import RunId, WorkerId, run_id_for, sha256_digest
 from common.policy import Policy
@@ -40,7 +45,7 @@ from common.spec import parse_spec
 from common.rejections import Rejection
 from coordinator.core import commands as c
 from coordinator.core import new_state, step, summarize
-from coordinator.core.effects import Emit, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
+from coordinator.core.effects import Emit, EndSession, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import durable_fingerprint
 
@@ -48,6 +53,7 @@ TICK_MS = 250
 HEARTBEAT_MS = 1_000
 RESEND_MS = 3_000  # a worker resends an unacknowledged frame after this long
 RECONNECT_MS = 1_000
+LIVENESS_MS = 1_750  # the servicer's pass: half the policy's suspicion window below
 # A partition ends the stream only when the coordinator's keepalive notices: a ping left
 # unanswered for its timeout, sent up to its interval after the partition began.
 PARTITION_NOTICE_MS_MIN = SERVER_KEEPALIVE_TIMEOUT_MS
@@ -144,6 +150,9 @@ class SimWorker:
     uploaded: dict[str, None] = field(default_factory=dict)  # digests acknowledged as stored
     sent_at: dict[str, int] = field(default_factory=dict)  # outbox key -> last send time
     epoch: int = 0  # bumps on crash: stale timers of the dead process are ignored
+    conn: int = 0  # bumps on every connect: which stream a hello came on
+    said: tuple | None = None  # what its last heartbeat on this stream said (None: none yet)
+    said_at: int = 0
 
 
 class Simulation:
@@ -173,6 +182,10 @@ class Simulation:
         self.last_frame_ms: dict[WorkerId, int] = {}  # attempt id -> cell id, acknowledged ACCEPTED
         self.coordinator_up = True
         self.restarts = 0
+        # The coordinator's side of each session: the stream (worker conn) whose hello it accepted.
+        self.attached: dict[WorkerId, int] = {}
+        self.said: dict[WorkerId, tuple] = {}  # what each worker's last heartbeat or hello said it owns
+        self.beat_at: dict[WorkerId, int] = {}  # when that was (a StreamsAlive pass counts too)
         self.stats = {"frames_dropped": 0, "frames_duplicated": 0, "late_reports": 0, "rejected": 0,
                       "pushes": 0, "revokes": 0, "worker_crashes": 0, "partitions": 0}
         spec_doc = {
@@ -269,6 +282,12 @@ class Simulation:
             elif isinstance(e, RefuseRun):
                 raise SimFailure(self.seed, self.commands, self.now,
                                  f"worker {e.worker_id} of the right build refused: {e.reason} {e.differences}")
+            elif isinstance(e, EndSession):
+                w = self.workers[e.worker_id]
+                if w.connected:  # as the servicer cuts it: the worker reconnects and says hello
+                    self.note(f"coord cut {e.worker_id}'s session: {e.reason}")
+                    w.connected = False
+                    self.at(self.now + RECONNECT_MS, "reconnect", e.worker_id, w.epoch)
             elif isinstance(e, Emit):
                 if e.event in ("cell_retryable",):
                     continue
@@ -282,13 +301,17 @@ class Simulation:
         kind = frame[0]
         w = self.workers[wid]
         if kind == "hello":
-            _, incarnation, owned, buffered = frame
+            _, incarnation, owned, buffered, conn = frame
             out = self.apply(c.WorkerRegistered(self.now, wid, incarnation, w.slots, ENV_ID,
                                                 owned=owned, buffered=buffered, environment=WORKER_ENVIRONMENT))
             if not out.ok:
                 self.note(f"coord refused hello {wid}: {out.detail}")
+            else:
+                self.attached[wid] = conn
+                self.said[wid], self.beat_at[wid] = owned, self.now
             self.send_to_worker(wid, ("welcome", incarnation))
         elif kind == "heartbeat":
+            self.said[wid], self.beat_at[wid] = frame[1], self.now
             out = self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
             if out.rejection in (Rejection.UNKNOWN_WORKER, Rejection.WORKER_NOT_ACTIVE) and w.connected:
                 # The servicer cuts a session whose worker must register again (its hello
@@ -353,9 +376,11 @@ class Simulation:
             self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
             return
         w.connected = True
+        w.conn += 1
+        w.said = None
         owned = tuple(a for a, sa in w.assignments.items() if sa.running)
         buffered = tuple(w.outbox)
-        self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered))
+        self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered, w.conn))
         self.flush(w, force=True)
 
     def owned(self, w: SimWorker) -> tuple:
@@ -537,6 +562,7 @@ class Simulation:
             self.at(t0 + self.rng.randint(0, 500), "reconnect", w.worker_id, w.epoch)
             self.at(t0 + HEARTBEAT_MS + self.rng.randint(0, 300), "heartbeat", w.worker_id, w.epoch)
         self.at(t0 + TICK_MS, "tick")
+        self.at(t0 + LIVENESS_MS, "liveness")
         self.schedule_faults()
         paused = False
         while self.events:
@@ -551,6 +577,18 @@ class Simulation:
                     if run.settled and not self.faulty():
                         break
                 self.at(self.now + TICK_MS, "tick")
+            elif kind == "liveness":
+                # The servicer: every session still up (a partitioned one too, until the
+                # keepalive ends it) in one StreamsAlive.
+                if self.coordinator_up:
+                    up = tuple((wid, self.said.get(wid, ())) for wid, w in self.workers.items()
+                               if w.connected and self.attached.get(wid) == w.conn
+                               and self.now - self.beat_at.get(wid, 0) >= LIVENESS_MS * 9 // 10)
+                    for wid, _ in up:
+                        self.beat_at[wid] = self.now
+                    if up:
+                        self.apply(c.StreamsAlive(self.now, up))
+                self.at(self.now + LIVENESS_MS, "liveness")
             elif kind == "to_coord":
                 wid, epoch, restarts, frame = args
                 if self.coordinator_up and restarts == self.restarts and self.workers[wid].connected:
@@ -566,8 +604,10 @@ class Simulation:
                 if epoch != w.epoch:
                     continue
                 if w.connected:
-                    self.send_to_coordinator(w, ("heartbeat", tuple(a for a, sa in w.assignments.items()
-                                                                    if sa.running)))
+                    said = tuple(a for a, sa in w.assignments.items() if sa.running)
+                    if said or said != w.said or self.now - w.said_at >= IDLE_HEARTBEAT_INTERVAL_MS:
+                        w.said, w.said_at = said, self.now
+                        self.send_to_coordinator(w, ("heartbeat", said))
                     self.flush(w)
                 self.at(self.now + HEARTBEAT_MS, "heartbeat", wid, epoch)
             elif kind == "cell_done":

@@ -75,6 +75,17 @@ class HeartbeatReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamsAlive:
+    """The servicer's word, for many sessions at once, that their streams are still up (the
+    transport answers the coordinator's keepalive pings). One command per pass instead of a
+    heartbeat per session: at 10,000 idle sessions that was 5,700 commands a second."""
+
+    now_ms: int
+    # Each session's worker and what that worker last said it owns (its last heartbeat or hello).
+    sessions: tuple[tuple[WorkerId, tuple[AssignmentId, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerDisconnected:
     now_ms: int
     worker_id: WorkerId
@@ -214,6 +225,6 @@ Command = (
     | ArtifactStored | GroupFinished | RunPaused | RunRecovered | RunRepaired | CellRetryGranted
     | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
     | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased | WorkerStreamEnded
-    | WorkerLost
+    | WorkerLost | StreamsAlive
 )
-SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked)
+SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked, StreamsAlive)

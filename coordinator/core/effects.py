@@ -98,6 +98,15 @@ class Emit:
 
 
 @dataclass(frozen=True, slots=True)
+class EndSession:
+    """The worker's session must end (it is expired, gone or unknown here): it reconnects and
+    says hello. Carried out by whoever asked (the servicer owns the sessions), not routed."""
+
+    worker_id: WorkerId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class OfferRun:
     """Ask a worker to measure these keys of a run from its own bench root."""
 

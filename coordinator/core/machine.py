@@ -38,6 +38,7 @@ from coordinator.core.effects import (
     CellDispatch,
     Effect,
     Emit,
+    EndSession,
     NotifyRunState,
     OfferRun,
     Outcome,
@@ -694,6 +695,8 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
         # Only a new hello ends the grace: a heartbeat now was read from the ended stream
         # before it ended (heartbeats reach the core coalesced, a little late).
         return Transition(ACCEPTED)
+    if state.soft.last_heard_ms.get(worker.worker_id, 0) > cmd.now_ms:
+        state.soft.tick_due_ms = 0  # heard "in the future" (a recovery's grace): due earlier now
     state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
     state.soft.contact_ms[worker.worker_id] = cmd.now_ms
     fx: Fx = []
@@ -714,6 +717,49 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
         fx.extend(t.effects)
         durable = t.durable
     return Transition(ACCEPTED, tuple(fx), durable)
+
+
+def _streams_alive(state: State, cmd: c.StreamsAlive) -> Transition:
+    """Sessions whose stream is up count as heard from, but only for a worker the core gives
+    no group: a worker that holds one heartbeats every interval itself, so its silence means
+    what it always did (suspicion after `suspect_after_ms`) whatever the transport says. So
+    the transport vouches for idle workers only, and a silently dead idle worker is noticed
+    when its stream ends (limits.TRANSPORT_DEAD_AFTER_MS). A worker that has groups here but
+    did not say so (a push lost or still in flight) is pushed them again, as on a heartbeat;
+    a suspected idle worker resumes; one that must register again has its session ended."""
+    now = cmd.now_ms
+    soft = state.soft
+    last_heard, contact, ended = soft.last_heard_ms, soft.contact_ms, soft.stream_ended_ms
+    workers = state.workers
+    fx: Fx = []
+    durable: list = []
+    for wid, owned in cmd.sessions:
+        worker = workers.get(wid)
+        if worker is None:
+            fx.append(EndSession(wid, _unknown_worker(wid).detail))
+            continue
+        status = worker.status
+        if status != WorkerStatus.ACTIVE and status != WorkerStatus.SUSPECTED:
+            fx.append(EndSession(wid, f"worker {wid} is {status.name.lower()}: register again"))
+            continue
+        if wid in ended:
+            continue  # an ended stream is not vouched for (a new hello ends the grace)
+        if worker.assignments:
+            # Not vouched for: it speaks for itself. What it has not heard of goes again.
+            said = dict.fromkeys(owned)
+            for aid in worker.assignments:
+                if aid not in said:
+                    fx.append(_push_for(state, state.assignments[aid]))
+            continue
+        if last_heard.get(wid, 0) > now:
+            soft.tick_due_ms = 0  # heard "in the future" (a recovery's grace): due earlier now
+        last_heard[wid] = now
+        contact[wid] = now
+        if status == WorkerStatus.SUSPECTED:
+            t = _HANDLERS[c.WorkerResumed](state, c.WorkerResumed(now, wid))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+    return Transition(ACCEPTED, tuple(fx), tuple(durable))
 
 
 def _disconnected(state: State, cmd: c.WorkerDisconnected) -> Transition:
@@ -745,33 +791,15 @@ def _stream_ended(state: State, cmd: c.WorkerStreamEnded) -> Transition:
 def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
     now = cmd.now_ms
     timing = _timing(state)
-    expiry_frozen = any(r.paused and not r.settled for r in state.runs.values())
     fx: list = []
     durable: list = []
-    last_heard = state.soft.last_heard_ms
-    suspect_after_ms = timing.suspect_after_ms
-    for worker in list(state.workers.values()):
-        status = worker.status
-        if status == WorkerStatus.EXPIRED or status == WorkerStatus.GONE:
-            continue  # nothing below applies to them: a walk of 10,000 workers per tick is the cost
-        silent_ms = now - last_heard.get(worker.worker_id, worker.registered_ms)
-        if status == WorkerStatus.ACTIVE and silent_ms < suspect_after_ms:
-            continue  # neither suspected now, nor suspected or reconciling below
-        if worker.status == WorkerStatus.ACTIVE and silent_ms >= timing.suspect_after_ms:
-            t = _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(now, worker.worker_id))
-            fx.extend(t.effects)
-            durable.extend(t.durable)
-        ended = state.soft.stream_ended_ms.get(worker.worker_id)
-        if (ended is not None and worker.status == WorkerStatus.SUSPECTED
-                and now - ended >= timing.stream_end_grace_ms and not expiry_frozen):
-            t = _HANDLERS[c.WorkerLost](state, c.WorkerLost(now, worker.worker_id))
-            fx.extend(t.effects)
-            durable.extend(t.durable)
-        if (worker.status in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING)
-                and silent_ms >= timing.expire_after_ms and not expiry_frozen):
-            t = _HANDLERS[c.WorkerExpired](state, c.WorkerExpired(now, worker.worker_id))
-            fx.extend(t.effects)
-            durable.extend(t.durable)
+    soft = state.soft
+    if not (soft.tick_version == state.version and now < soft.tick_due_ms):
+        before = state.version
+        _walk_workers(state, timing, now, fx, durable)
+        # The bound holds for the state the walk saw: any durable change since (this walk's own
+        # decisions, this tick's below, a command between ticks) makes the next tick walk.
+        soft.tick_version = before if state.version == before else -1
     for run in state.runs.values():
         if run.pin is not None and not run.settled and not _pin_release_problem(state, run):
             t = _HANDLERS[c.RunPinReleased](state, c.RunPinReleased(now, run.run_id, run.pinned_by))
@@ -781,6 +809,52 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
     fx.extend(t.effects)
     durable.extend(t.durable)
     return Transition(ACCEPTED, tuple(fx), tuple(durable))
+
+
+def _walk_workers(state: State, timing: Policy, now: int, fx: list, durable: list) -> None:
+    """Suspicion, loss and expiry of every worker, in `state.workers` order; notes in
+    `soft.tick_due_ms` the earliest time the next one could be due (a walk before it would
+    decide nothing: each decision below needs `now` at or past its worker's due time)."""
+    expiry_frozen = any(r.paused and not r.settled for r in state.runs.values())
+    last_heard = state.soft.last_heard_ms
+    ended_ms = state.soft.stream_ended_ms
+    suspect_after_ms = timing.suspect_after_ms
+    expire_after_ms = timing.expire_after_ms
+    due = 1 << 62
+    for worker in list(state.workers.values()):
+        status = worker.status
+        if status == WorkerStatus.EXPIRED or status == WorkerStatus.GONE:
+            continue  # nothing below applies to them: a walk of 10,000 workers per tick is the cost
+        heard = last_heard.get(worker.worker_id, worker.registered_ms)
+        silent_ms = now - heard
+        if status == WorkerStatus.ACTIVE and silent_ms < suspect_after_ms:
+            if heard + suspect_after_ms < due:
+                due = heard + suspect_after_ms
+            continue  # neither suspected now, nor suspected or reconciling below
+        if worker.status == WorkerStatus.ACTIVE and silent_ms >= suspect_after_ms:
+            t = _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(now, worker.worker_id))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+        ended = ended_ms.get(worker.worker_id)
+        if (ended is not None and worker.status == WorkerStatus.SUSPECTED
+                and now - ended >= timing.stream_end_grace_ms and not expiry_frozen):
+            t = _HANDLERS[c.WorkerLost](state, c.WorkerLost(now, worker.worker_id))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+        if (worker.status in (WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING)
+                and silent_ms >= expire_after_ms and not expiry_frozen):
+            t = _HANDLERS[c.WorkerExpired](state, c.WorkerExpired(now, worker.worker_id))
+            fx.extend(t.effects)
+            durable.extend(t.durable)
+        status = worker.status
+        if status == WorkerStatus.ACTIVE:  # cannot be after the above; kept for the bound's sake
+            due = min(due, heard + suspect_after_ms)
+        elif status == WorkerStatus.SUSPECTED or status == WorkerStatus.RECONCILING:
+            due = min(due, heard + expire_after_ms)
+            ended = ended_ms.get(worker.worker_id)
+            if ended is not None and status == WorkerStatus.SUSPECTED:
+                due = min(due, ended + timing.stream_end_grace_ms)
+    state.soft.tick_due_ms = due
 
 
 # --- shared mechanics -------------------------------------------------------------------------
@@ -1052,6 +1126,7 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.WorkerLost: _durable(_worker_lost),
     c.WorkerStreamEnded: _stream_ended,
     c.HeartbeatReceived: _heartbeat,
+    c.StreamsAlive: _streams_alive,
     c.WorkerDisconnected: _disconnected,
     c.ClockTicked: _clock_ticked,
 }

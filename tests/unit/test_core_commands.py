@@ -186,6 +186,11 @@ def _case_stream_ended():
     return k, c.WorkerStreamEnded(10, WorkerId("w1")), OutcomeKind.ACCEPTED
 
 
+def _case_streams_alive():
+    k = _one_run_one_worker()
+    return k, c.StreamsAlive(10, ((WorkerId("w1"), ()),)), OutcomeKind.ACCEPTED
+
+
 def _case_worker_lost():
     k = _one_run_one_worker()
     k.apply(c.WorkerStreamEnded(10, WorkerId("w1")))
@@ -216,6 +221,7 @@ ONE_OF_EACH = {
     c.TimeAdvanced: _case_time_advanced,
     c.WorkerStreamEnded: _case_stream_ended,
     c.WorkerLost: _case_worker_lost,
+    c.StreamsAlive: _case_streams_alive,
 }
 
 

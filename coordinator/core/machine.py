@@ -59,6 +59,7 @@ from coordinator.core.state import (
     Refusal,
     RunFit,
     RunState,
+    Soft,
     State,
     WorkerState,
     WorkerStatus,
@@ -695,15 +696,10 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
         # Only a new hello ends the grace: a heartbeat now was read from the ended stream
         # before it ended (heartbeats reach the core coalesced, a little late).
         return Transition(ACCEPTED)
-    if state.soft.last_heard_ms.get(worker.worker_id, 0) > cmd.now_ms:
-        state.soft.tick_due_ms = 0  # heard "in the future" (a recovery's grace): due earlier now
-    state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms
-    state.soft.contact_ms[worker.worker_id] = cmd.now_ms
+    _heard(state.soft, worker.worker_id, cmd.now_ms)
     fx: Fx = []
     owned = dict.fromkeys(cmd.owned)
-    for aid in worker.assignments:
-        if aid not in owned:  # the push was lost, or is still in flight: the worker ignores repeats
-            fx.append(_push_for(state, state.assignments[aid]))
+    _push_unsaid(state, worker, owned, fx)
     for aid in owned:
         if aid not in worker.assignments:
             fx.append(RevokeAssignment(worker.worker_id, aid, _revoke_reason(state, aid, worker.worker_id)))
@@ -719,6 +715,22 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
     return Transition(ACCEPTED, tuple(fx), durable)
 
 
+def _heard(soft: Soft, wid: WorkerId, now: int) -> None:
+    """The worker was heard from at `now` (a frame of its own, or its stream vouched for)."""
+    if soft.last_heard_ms.get(wid, 0) > now:
+        soft.tick_due_ms = 0  # heard "in the future" (a recovery's grace): due earlier now
+    soft.last_heard_ms[wid] = now
+    soft.contact_ms[wid] = now
+
+
+def _push_unsaid(state: State, worker: WorkerState, owned: dict, fx: Fx) -> None:
+    """Push again each group the worker holds here but did not say it owns: the push was
+    lost, or is still in flight (the worker ignores repeats)."""
+    for aid in worker.assignments:
+        if aid not in owned:
+            fx.append(_push_for(state, state.assignments[aid]))
+
+
 def _streams_alive(state: State, cmd: c.StreamsAlive) -> Transition:
     """Sessions whose stream is up count as heard from, but only for a worker the core gives
     no group: a worker that holds one heartbeats every interval itself, so its silence means
@@ -729,7 +741,7 @@ def _streams_alive(state: State, cmd: c.StreamsAlive) -> Transition:
     a suspected idle worker resumes; one that must register again has its session ended."""
     now = cmd.now_ms
     soft = state.soft
-    last_heard, contact, ended = soft.last_heard_ms, soft.contact_ms, soft.stream_ended_ms
+    ended = soft.stream_ended_ms
     workers = state.workers
     fx: Fx = []
     durable: list = []
@@ -746,15 +758,9 @@ def _streams_alive(state: State, cmd: c.StreamsAlive) -> Transition:
             continue  # an ended stream is not vouched for (a new hello ends the grace)
         if worker.assignments:
             # Not vouched for: it speaks for itself. What it has not heard of goes again.
-            said = dict.fromkeys(owned)
-            for aid in worker.assignments:
-                if aid not in said:
-                    fx.append(_push_for(state, state.assignments[aid]))
+            _push_unsaid(state, worker, dict.fromkeys(owned), fx)
             continue
-        if last_heard.get(wid, 0) > now:
-            soft.tick_due_ms = 0  # heard "in the future" (a recovery's grace): due earlier now
-        last_heard[wid] = now
-        contact[wid] = now
+        _heard(soft, wid, now)
         if status == WorkerStatus.SUSPECTED:
             t = _HANDLERS[c.WorkerResumed](state, c.WorkerResumed(now, wid))
             fx.extend(t.effects)

@@ -101,19 +101,22 @@ _BOUNDS: dict[str, tuple[int, int]] = {
 }
 
 
-def parse_policy_text(text: str | bytes) -> Policy:
+def _document(text: str | bytes) -> Any:
     try:
-        document = json.loads(text) if text else {}
+        return json.loads(text) if text else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SpecError("policy", f"not JSON: {e}") from None
-    return parse_policy(document)
+
+
+def parse_policy_text(text: str | bytes) -> Policy:
+    return parse_policy(_document(text))
 
 
 def parse_canonical_policy(text: str | bytes) -> Policy:
     """A policy's canonical text (`Policy.canonical`), as a log record keeps it: a field it
     leaves out has its ADDED_LATER value, whatever today's default for new runs is."""
-    policy = parse_policy_text(text)
-    document = json.loads(text) if text else {}
+    document = _document(text)
+    policy = parse_policy(document)
     absent = {name: value for name, value in ADDED_LATER.items() if _camel(name) not in document}
     return replace(policy, **absent) if absent else policy
 

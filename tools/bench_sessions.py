@@ -138,27 +138,28 @@ class Watcher:
         self.thread.join(10)
 
 
-def logged_events(coord: Coordinator) -> collections.Counter[str]:
-    """Events the coordinator logged (every event but the per-cell ones is logged at info)."""
-    out: collections.Counter[str] = collections.Counter()
+def coordinator_log(coord: Coordinator) -> list[dict]:
+    """The coordinator's JSON log lines, read once at the run's end."""
+    out = []
     for line in coord.proc.log_path.read_text(errors="replace").splitlines():
         try:
-            out[json.loads(line).get("event", "")] += 1
+            out.append(json.loads(line))
         except json.JSONDecodeError:
             pass
     return out
 
 
-def gc_figures(coord: Coordinator) -> dict:
+def logged_events(lines: list[dict]) -> collections.Counter[str]:
+    """Events the coordinator logged (every event but the per-cell ones is logged at info)."""
+    return collections.Counter(ev.get("event", "") for ev in lines)
+
+
+def gc_figures(lines: list[dict]) -> dict:
     """The coordinator's collections of 100 ms or more over the whole run (its `gc_pause`
     lines, coordinator/collector.py), and its full passes."""
     pauses: list[float] = []
     full: list[float] = []
-    for line in coord.proc.log_path.read_text(errors="replace").splitlines():
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for ev in lines:
         if ev.get("event") == "gc_pause":
             pauses.append(float(ev.get("ms", 0)))
         elif ev.get("event") == "gc_full_pass":
@@ -305,8 +306,10 @@ def run(a: argparse.Namespace, root: Path) -> dict:
         if watcher is not None:
             time.sleep(0.5)
             watcher.stop()
-            fig.update(watch_figures(watcher, logged_events(coord)))
-        fig.update(gc_figures(coord))
+        lines = coordinator_log(coord)
+        if watcher is not None:
+            fig.update(watch_figures(watcher, logged_events(lines)))
+        fig.update(gc_figures(lines))
     finally:
         for c in (load_clients, idle_clients):
             if c is not None:

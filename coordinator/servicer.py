@@ -69,6 +69,15 @@ class _SessionCut(Exception):
     pass
 
 
+def forget_cut(cut: BaseExceptionGroup) -> None:
+    """Clear the frames of a caught task group's exceptions. The group's traceback holds
+    TaskGroup.__aexit__'s frame, which holds the group (Python 3.11): a cycle through every
+    frame of the session. Cleared, the session's objects go with their last reference instead
+    of waiting, frozen, for a full collection (coordinator/collector.py)."""
+    for e in (cut, *cut.exceptions):
+        traceback.clear_frames(e.__traceback__)
+
+
 def _too_large(size: int) -> str:
     return f"{Rejection.MESSAGE_TOO_LARGE.name}: a frame of {size} bytes exceeds {limits.MESSAGE_BYTES_MAX}"
 
@@ -292,12 +301,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                     tg.create_task(self._writer(session, context))
                     tg.create_task(self._reader(session, context))
             except* _SessionCut as cut:
-                # Cut on purpose: replaced, too slow, or the worker must register again. The
-                # group's traceback holds TaskGroup.__aexit__'s frame, which holds the group
-                # (Python 3.11): cleared, the session's objects go with their references
-                # instead of waiting, frozen, for a full collection (coordinator/collector.py).
-                for e in (cut, *cut.exceptions):
-                    traceback.clear_frames(e.__traceback__)
+                forget_cut(cut)  # cut on purpose: replaced, too slow, or must register again
             if session.abort is not None:
                 await context.abort(*session.abort)
         finally:

@@ -516,7 +516,10 @@ class Actor:
             self._on_snapshot(dict(index=index, bytes=size, behind=self._index - index, **timings))
 
     def _route(self, now: int, e: object, out: Batch) -> None:
-        if isinstance(e, PushAssignment):
+        # Most common first: an event per cell, a push per group.
+        if isinstance(e, Emit):
+            out.outgoing.append(Outgoing("", event=e, at_ms=now))
+        elif isinstance(e, PushAssignment):
             parts = self._parts.get(e.run_id)
             if parts is None:
                 parts = self._parts[e.run_id] = codec.RunParts.of(self._state.runs[e.run_id].spec)
@@ -534,8 +537,6 @@ class Actor:
             out.outgoing.append(Outgoing("", event=Emit("run_state", e.run_id, e.run_id,
                                                         e.blocked_reason or ("paused" if e.paused else "resumed")),
                                          at_ms=now))
-        elif isinstance(e, Emit):
-            out.outgoing.append(Outgoing("", event=e, at_ms=now))
         elif isinstance(e, EndSession):
             pass  # the requester's `done` ends it: the sessions are the servicer's
         else:

@@ -162,6 +162,16 @@ def ack_frame(seq: int, outcome: Outcome, *, committed_offset: int = 0, digest: 
         committed_offset=committed_offset, digest=digest))
 
 
+def ack_batch_frames(acks: list[tuple[int, Outcome]]) -> list[coordinator_pb2.CoordinatorFrame]:
+    """Acks of consecutive seqs (a ReportBatch's) as AckBatch frames of at most ACK_BATCH_MAX,
+    for a session that reads AckBatch: built at once instead of a frame each that the writer
+    joins again."""
+    msgs = [coordinator_pb2.Ack(seq=seq, outcome=int(o.kind), rejection=int(o.rejection), detail=o.detail)
+            for seq, o in acks]
+    return [coordinator_pb2.CoordinatorFrame(acks=coordinator_pb2.AckBatch(acks=msgs[i:i + ACK_BATCH_MAX]))
+            for i in range(0, len(msgs), ACK_BATCH_MAX)]
+
+
 def action_response(outcome: Outcome) -> admin_pb2.ActionResponse:
     return admin_pb2.ActionResponse(outcome=int(outcome.kind), rejection=int(outcome.rejection), detail=outcome.detail)
 

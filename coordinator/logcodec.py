@@ -132,6 +132,13 @@ _REPORT_OPTIONAL_INTS = ("input_tokens", "output_tokens", "cached_tokens")
 _REPORT_OPTIONAL_FLOATS = ("score", "cost_usd")
 _REPORT_INTS = ("started_ms", "finished_ms")
 _REPORT_STRS = ("environment_failure", "detail")
+_STATUS_OF, _EXECUTION_OF, _VERIFICATION_OF, _USAGE_OF, _CLEANUP_OF = (members for _, members in _REPORT_MEMBERS)
+# report_from_proto passes the fields by position, in the dataclass's order.
+_REPORT_ORDER = ("status", "execution", "verification", "usage", "cleanup", "score", "environment_failure",
+                 "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "started_ms", "finished_ms",
+                 "detail", "artifacts", "unavailable")
+if tuple(f.name for f in fields(Report)) != _REPORT_ORDER:
+    raise ImportError("common.evidence.Report's fields moved: mend logcodec.report_from_proto")
 
 
 def report_to_proto(report: Report, out: common_pb2.Report | None = None) -> common_pb2.Report:
@@ -178,25 +185,33 @@ def report_to_proto(report: Report, out: common_pb2.Report | None = None) -> com
 def report_from_proto(msg: common_pb2.Report) -> Report:
     """The `Report` a message carries; an absent optional field is None, never zero. Raises
     LogCodecError for an enum number this version does not know (the servicer maps that, like
-    any ValueError from a frame, to a malformed frame)."""
+    any ValueError from a frame, to a malformed frame). Once per report received and per
+    report replayed: the fields are read in one call, in `_REPORT_ORDER`."""
     if not isinstance(msg, common_pb2.Report):
         raise LogCodecError(f"report: expected a fleet.v1.Report, got {type(msg).__name__}")
-    values: dict[str, Any] = {}
-    for name, members in _REPORT_MEMBERS:
-        number = getattr(msg, name)
-        member = members.get(number)
-        values[name] = member if member is not None else _enum_from_proto(number, _REPORT_ENUMS[name], f"report.{name}")
-    for name in _REPORT_OPTIONAL_FLOATS + _REPORT_OPTIONAL_INTS:
-        values[name] = getattr(msg, name) if msg.HasField(name) else None
-    for name in _REPORT_INTS + _REPORT_STRS:
-        values[name] = getattr(msg, name)
+    try:
+        status, execution, verification, usage, cleanup = (
+            _STATUS_OF[msg.status], _EXECUTION_OF[msg.execution], _VERIFICATION_OF[msg.verification],
+            _USAGE_OF[msg.usage], _CLEANUP_OF[msg.cleanup])
+    except KeyError:
+        for name, members in _REPORT_MEMBERS:
+            if getattr(msg, name) not in members:
+                _enum_from_proto(getattr(msg, name), _REPORT_ENUMS[name], f"report.{name}")
+        raise
+    has = msg.HasField
     artifacts, unavailable = msg.artifacts, msg.unavailable
-    values["artifacts"] = tuple(
-        ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in artifacts
-    ) if artifacts else ()
-    values["unavailable"] = tuple(
-        ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else ()
-    return Report(**values)
+    return Report(
+        status, execution, verification, usage, cleanup,
+        msg.score if has("score") else None,
+        msg.environment_failure,
+        msg.input_tokens if has("input_tokens") else None,
+        msg.output_tokens if has("output_tokens") else None,
+        msg.cached_tokens if has("cached_tokens") else None,
+        msg.cost_usd if has("cost_usd") else None,
+        msg.started_ms, msg.finished_ms, msg.detail,
+        tuple(ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in artifacts)
+        if artifacts else (),
+        tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else ())
 
 
 # ---- spec and policy ------------------------------------------------------------------------

@@ -569,10 +569,20 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
         def done(transitions: list[Transition]) -> None:
             refilled = False
+            acks = []
             for seq, t in zip(seqs, transitions):
-                self._ack(session, seq, t.outcome)
+                outcome = t.outcome
+                if outcome.kind == OutcomeKind.REJECTED:
+                    self.metrics.rejections.labels(outcome.rejection.name).inc()
+                acks.append((seq, outcome))
                 refilled = refilled or any(isinstance(e, PushAssignment) and e.worker_id == session.worker_id
                                            for e in t.effects)
+            if session.batch_acks:  # every protocol that sends a ReportBatch does
+                for frame in codec.ack_batch_frames(acks):
+                    session.send(frame)
+            else:
+                for seq, outcome in acks:
+                    session.send(codec.ack_frame(seq, outcome))
             if refilled:
                 self.metrics.slot_refill.observe(time.perf_counter() - received)
 

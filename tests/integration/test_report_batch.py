@@ -144,3 +144,26 @@ def test_a_bad_report_inside_a_batch_is_refused_alone(cluster):
     cells = {c["cell_id"]: c["state"] for c in cluster.results(run_id)["cells"]}
     assert cells[push.cells[0].cell_id] != "selected"
     assert all(cells[c.cell_id] == "selected" for c in push.cells[1:])
+
+
+def test_a_report_the_core_refuses_inside_a_batch_is_acked_with_its_reason(cluster):
+    """The acks of a batch travel as one AckBatch: a refusal by the core keeps its seq, its
+    reason and its detail there, and the other reports of the batch are accepted."""
+    run_id = cluster.submit(intbench_spec(1), SLOW_POLICY)
+    token = (cluster.data_dir / "enroll.token").read_text().strip()
+    with rc.RawSession(cluster.address, rc.worker_metadata(token, "w1")) as s:
+        s.open(rc.hello("w1", slots=1, protocol_version=4))
+        (push,) = s.push(1)
+        batch = batch_of([push])
+        batch.reports[1].generation += 1  # not the assignment's generation
+        first = s.seq + 1
+        s.send(coordinator_pb2.WorkerFrame(seq=first, report_batch=batch))
+        s.seq += len(batch.reports)
+        acks = [s.ack(first + i) for i in range(len(batch.reports))]
+        assert acks[1].outcome == REJECTED, acks
+        assert acks[1].rejection == common_pb2.REJECTION_REASON_GENERATION_MISMATCH
+        assert "generation" in acks[1].detail
+        assert [a.outcome for i, a in enumerate(acks) if i != 1] == [ACCEPTED] * (len(acks) - 1), acks
+    cells = {c["cell_id"]: c["state"] for c in cluster.results(run_id)["cells"]}
+    assert cells[push.cells[1].cell_id] != "selected"
+    assert all(cells[c.cell_id] == "selected" for i, c in enumerate(push.cells) if i != 1)

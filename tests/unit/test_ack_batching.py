@@ -8,8 +8,9 @@ import asyncio
 import pytest
 
 from common.fleetpb import coordinator_pb2
-from coordinator.codec import ack_frame
-from coordinator.core.effects import ACCEPTED
+from common.rejections import Rejection
+from coordinator.codec import ACK_BATCH_MAX, ack_batch_frames, ack_frame
+from coordinator.core.effects import ACCEPTED, Outcome, OutcomeKind
 from coordinator.servicer import CoordinatorServicer, Session, _SessionCut
 
 
@@ -56,3 +57,16 @@ def test_protocol_two_gets_batches_in_order() -> None:
 def test_protocol_one_gets_one_ack_per_frame() -> None:
     assert shape(asyncio.run(written(False))) == [("ack", 2), ("ack", 3), ("assignment", "a1"), ("ack", 4),
                                                   ("ack", 5), ("ack", 6)]
+
+
+def test_a_report_batch_acks_are_built_as_ack_batches_in_order_and_in_chunks():
+    refused = Outcome(OutcomeKind.REJECTED, Rejection.NOT_OWNER, "not yours")
+    acks = [(10 + i, refused if i == 3 else ACCEPTED) for i in range(ACK_BATCH_MAX + 5)]
+    frames = ack_batch_frames(acks)
+    assert [f.WhichOneof("body") for f in frames] == ["acks", "acks"]
+    got = [a for f in frames for a in f.acks.acks]
+    assert [len(f.acks.acks) for f in frames] == [ACK_BATCH_MAX, 5]
+    assert [a.seq for a in got] == [seq for seq, _ in acks]
+    assert got[3].outcome == int(OutcomeKind.REJECTED) and got[3].rejection == int(Rejection.NOT_OWNER)
+    assert got[3].detail == "not yours"
+    assert {a.outcome for i, a in enumerate(got) if i != 3} == {int(OutcomeKind.ACCEPTED)}

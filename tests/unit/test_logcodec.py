@@ -336,10 +336,15 @@ def test_unknown_field_inside_a_nested_message_is_refused():
     assert decode_record(data)[1].report.artifacts[0].name == "x"
 
 
-def test_unknown_enum_number_is_refused():
+@pytest.mark.parametrize("field, enum_name", [("status", "Status"), ("execution", "Execution"),
+                                              ("verification", "Verification"), ("usage", "Usage"),
+                                              ("cleanup", "Cleanup")])
+def test_unknown_enum_number_is_refused(field, enum_name):
     record = log_pb2.LogRecord(index=3, now_ms=1)
-    record.cell_reported.report.status = 99
-    with pytest.raises(LogCodecError, match="99 is not a known Status"):
+    record.cell_reported.report.CopyFrom(report_to_proto(Report(
+        Status.COMPLETED, Execution.COMPLETED, Verification.VALID, Usage.MISSING, Cleanup.CONFIRMED, score=1.0)))
+    setattr(record.cell_reported.report, field, 99)
+    with pytest.raises(LogCodecError, match=f"report.{field}: 99 is not a known {enum_name}"):
         decode_record(record.SerializeToString())
 
 

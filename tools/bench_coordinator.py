@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import collections
 import dataclasses
 import hashlib
@@ -67,6 +68,7 @@ NAMES = ("w1", "commit", "refill", "idle", "upload", "reports")
 W1_SYSTEMS = ["fleet", "dask", "celery"]  # --w1-systems: the peers W1 runs after fleet
 ENVIRONMENT_ID = "env-bench-coordinator-1"
 SUBJECTS = 3
+REPORTS_LARGE_GROUP = 32  # reports: groups of this many cells, so frames of as many reports
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 60
 CLIENT_DEADLINE_S = 600  # hard stop of any client process, whatever the parent does
@@ -306,6 +308,7 @@ class Coordinator:
     actor's commit counters on SIGUSR1 (no coordinator code is changed)."""
 
     switch_interval_ms = 0.0  # --switch-interval-ms: an experiment on the GIL hand-off, 0 = Python's default
+    cprofile: Path | None = None  # --cprofile: cProfile (by thread CPU time) of the event loop and the actor
 
     def __init__(self, root: Path, *, batch_max: int | None = None, counters: bool = False,
                  extra: tuple[str, ...] = ()) -> None:
@@ -317,6 +320,7 @@ class Coordinator:
         if self.counters_path is not None:
             argv = [PY, "-m", "tools.bench_coordinator", "_serve", "--counters", str(self.counters_path),
                     "--batch-max", str(batch_max or 0), "--switch-interval-ms", str(Coordinator.switch_interval_ms),
+                    *(["--cprofile", str(Coordinator.cprofile / root.name)] if Coordinator.cprofile else []),
                     "--", *args]
         else:
             argv = [PY, "-m", "coordinator.main", *args]
@@ -388,6 +392,7 @@ def _serve(argv: list[str]) -> int:
     ap.add_argument("--counters", type=Path, required=True)
     ap.add_argument("--batch-max", type=int, default=0, help="0: the coordinator's default")
     ap.add_argument("--switch-interval-ms", type=float, default=0.0, help="sys.setswitchinterval; 0: Python's 5 ms")
+    ap.add_argument("--cprofile", type=Path, help="write cProfile stats of the event loop and the actor here")
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
@@ -402,11 +407,39 @@ def _serve(argv: list[str]) -> int:
                 kw["batch_max"] = a.batch_max
             super().__init__(*args, **kw)
             actors.append(self)
+            self.busy_s = 0.0  # wall time inside _apply (the batch, its commit, its routing)
+            self.append_s = 0.0  # of it, in Store.append (LMDB and fsync)
+            append = self._store.append
+
+            def timed_append(records: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return append(records)
+                finally:
+                    self.append_s += time.perf_counter() - t
+            self._store.append = timed_append  # type: ignore[method-assign]
+
+        def _main(self) -> None:
+            if a.cprofile is None:
+                return super()._main()
+            prof = cProfile.Profile(time.thread_time)
+            try:
+                prof.runcall(super()._main)
+            finally:
+                prof.dump_stats(str(a.cprofile / "actor.pstats"))
+
+        def _apply(self, requests: Any) -> None:
+            t = time.perf_counter()
+            try:
+                super()._apply(requests)
+            finally:
+                self.busy_s += time.perf_counter() - t
 
     def report(*_: Any) -> None:
         act = actors[0] if actors else None
         line = {"t": mono(), "commits": act.commits if act else 0, "records": act.records if act else 0,
-                "batch_max": act._batch_max if act else 0}
+                "batch_max": act._batch_max if act else 0, "busy_s": act.busy_s if act else 0.0,
+                "append_s": act.append_s if act else 0.0}
         with a.counters.open("a") as f:
             f.write(json.dumps(line) + "\n")
 
@@ -414,16 +447,23 @@ def _serve(argv: list[str]) -> int:
     if a.switch_interval_ms:
         sys.setswitchinterval(a.switch_interval_ms / 1000)
     cm.Actor = BenchActor  # serve() builds its actor from this module global
-    return cm.main(rest)
+    if a.cprofile is None:
+        return cm.main(rest)
+    a.cprofile.mkdir(parents=True, exist_ok=True)
+    prof = cProfile.Profile(time.thread_time)
+    try:
+        return prof.runcall(cm.main, rest)
+    finally:
+        prof.dump_stats(str(a.cprofile / "loop.pstats"))
 
 
 # ---- specs -------------------------------------------------------------------------------------
 
-def noop_spec(groups: int, *, cap: int, name: str = "noopbench") -> dict:
+def noop_spec(groups: int, *, cap: int, name: str = "noopbench", subjects: int = SUBJECTS) -> dict:
     return {
         "benchmark": {"name": name, "version": "1"},
         "executor": {"kind": "python"},
-        "subjects": [{"id": f"s{i}", "callable": "noopbench:noop"} for i in range(SUBJECTS)],
+        "subjects": [{"id": f"s{i}", "callable": "noopbench:noop"} for i in range(subjects)],
         "tasks": [{"id": f"t{i:06d}"} for i in range(groups)],
         "repetitions": 1,
         "budget": {"timeoutSeconds": 60},
@@ -782,7 +822,7 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
     rates, coord_cpu, worker_cpu, coord_k, worker_k = [], [], [], [], []
     for rep in range(sz.w1_repeats):
         r = root / f"w1-{rep}"
-        coord = Coordinator(r)
+        coord = Coordinator(r, counters=True)
         workers: list[Proc] = []
         try:
             for i in range(4):
@@ -795,7 +835,7 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
             coord.wait_workers(4, START_TIMEOUT_S)
             spec = noop_spec(sz.w1_groups, cap=8)
             cells = sz.w1_groups * SUBJECTS
-            cpu0 = cpu_seconds(coord.pid)
+            cpu0, c0 = cpu_seconds(coord.pid), coord.counters()
             wcpu0 = sum(cpu_seconds(w.pid) for w in workers)
             prof = Profiler(profile, f"w1-{rep}", coord.pid, 12)
             wprof = Profiler(profile, f"w1-{rep}-worker-w0", workers[0].pid, 12)
@@ -816,6 +856,7 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
                 time.sleep(min(0.5, max(0.01, left / 5)))  # sparse polling, finer near the end
             elapsed = t1 - t0
             coord_cpu.append((cpu_seconds(coord.pid) - cpu0) / elapsed)
+            c1 = coord.counters()
             worker_cpu.append((sum(cpu_seconds(w.pid) for w in workers) - wcpu0) / elapsed)
             coord_k.append(coord_cpu[-1] * elapsed / cells * 1000)
             worker_k.append(worker_cpu[-1] * elapsed / cells * 1000)
@@ -829,7 +870,9 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
             rates.append(cells / elapsed)
             say(f"  run {rep + 1}: {cells} cells in {elapsed:.2f} s = {cells / elapsed:.0f} cells/s "
                 f"(coordinator {100 * coord_cpu[-1]:.0f}% of a core, 4 workers {100 * worker_cpu[-1]:.0f}%; CPU per "
-                f"1,000 cells: coordinator {coord_k[-1]:.2f} s, workers {worker_k[-1]:.2f} s)")
+                f"1,000 cells: coordinator {coord_k[-1]:.2f} s, workers {worker_k[-1]:.2f} s; {c1['commits'] - c0['commits']} "
+                f"commits of {c1['records'] - c0['records']} records, actor busy {100 * (c1['busy_s'] - c0['busy_s']) / elapsed:.0f}% "
+                f"(in Store.append {100 * (c1['append_s'] - c0['append_s']) / elapsed:.0f}%))")
         finally:
             for w in workers:
                 w.stop(60)
@@ -860,15 +903,17 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
 # ---- group commit ------------------------------------------------------------------------------
 
 def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path | None, *,
-                     protocol: int = 3, slots: int = 2) -> dict:
+                     protocol: int = 3, slots: int = 2, cells: int = SUBJECTS) -> dict:
     label = "default batching" if batch_max is None else f"batch_max={batch_max}"
     if protocol >= 4:
-        label += f", protocol {protocol} (ReportBatch), {slots} slots per worker"
+        label += f", protocol {protocol} (ReportBatch), {slots} slots per worker, {cells} cells per group"
     coord = Coordinator(root, batch_max=batch_max, counters=True)
     clients = None
     try:
         workers = sz.commit_clients
-        coord.submit(noop_spec(sz.commit_groups, cap=workers * slots, name="commitbench"))
+        # As many cells in all whatever the group's size: the run outlasts the window.
+        groups = max(workers * slots * 4, sz.commit_groups * SUBJECTS // cells)
+        coord.submit(noop_spec(groups, cap=workers * slots, name="commitbench", subjects=cells))
         clients = Clients(root, coord, mode="commit", workers=workers, processes=2, slots=slots, protocol=protocol)
         coord.wait_workers(workers, START_TIMEOUT_S)
         time.sleep(1.0)  # warm-up: every slot busy, the log past its first batches
@@ -890,10 +935,13 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
     sizes = log_record_sizes(coord.data_dir / "wal")
     r = {"rate": records / dt, "acked_rate": acked / dt, "batch_mean": records / max(1, commits),
          "commits_per_s": commits / dt, "cpu": (cpu1 - cpu0) / dt, "record_bytes": sizes,
+         "actor_busy": (c1["busy_s"] - c0["busy_s"]) / dt, "actor_append": (c1["append_s"] - c0["append_s"]) / dt,
          "client_cpu": (ccpu1 - ccpu0) / dt, "rejected": dict(out["rejected"]), "errors": out["errors"]}
     say(f"  gRPC, {label}: {r['rate']:.0f} durable commands/s ({r['acked_rate']:.0f}/s accepted report acks seen "
         f"by clients), {r['commits_per_s']:.0f} commits/s, {r['batch_mean']:.1f} records/commit, coordinator "
-        f"{100 * r['cpu']:.0f}% of a core (clients {100 * r['client_cpu']:.0f}%); log record {sizes:.0f} B (median)")
+        f"{100 * r['cpu']:.0f}% of a core (clients {100 * r['client_cpu']:.0f}%), {1e6 * r['cpu'] / max(1.0, r['acked_rate']):.0f} "
+        f"µs of coordinator CPU per report; actor busy {100 * r['actor_busy']:.0f}% of the window (in Store.append "
+        f"{100 * r['actor_append']:.0f}%); log record {sizes:.0f} B (median)")
     if out["errors"] or out["rejected"]:
         say(f"    client errors {out['error_count']}: {out['errors'][:3]}; rejections {dict(out['rejected'])}")
     return r
@@ -1353,10 +1401,11 @@ def table(fig: dict) -> list[str]:
             f"{fig['bare_lmdb_per_s']:.0f}", "", None)
         row("group commit / bare LMDB", f"{fig['commit_vs_bare']:.3f}", ">= 0.5", fig["commit_vs_bare"] >= 0.5)
         row("actor alone: batched / batch_max=1", f"{fig['actor_ratio']:.2f}x", "(>= 10x)", fig["actor_ratio"] >= 10)
-    for slots in (2, 8):
-        if f"reports_p4_{slots}slots_per_s" in fig:
-            row(f"durable reports/s, 64 workers, ReportBatch, {slots} slots", f"{fig[f'reports_p4_{slots}slots_per_s']:.0f}",
-                ">= 20,000", fig[f"reports_p4_{slots}slots_per_s"] >= 20_000)
+    for slots, cells in ((2, SUBJECTS), (8, SUBJECTS), (2, REPORTS_LARGE_GROUP)):
+        key = f"reports_p4_{slots}slots" + ("" if cells == SUBJECTS else f"_{cells}cells")
+        if f"{key}_per_s" in fig:
+            row(f"durable reports/s, 64 workers, ReportBatch, {slots} slots, {cells} cells/group",
+                f"{fig[f'{key}_per_s']:.0f}", ">= 20,000", fig[f"{key}_per_s"] >= 20_000)
     if "refill_p99_ms" in fig:
         row("refill ack -> push p50", f"{fig['refill_p50_ms']:.2f} ms", "", None)
         row("refill ack -> push p99", f"{fig['refill_p99_ms']:.2f} ms", "< 20 ms", fig["refill_p99_ms"] < 20)
@@ -1382,10 +1431,11 @@ def bench_reports(sz: Sizes, root: Path, profile: Path | None) -> dict:
     reports in one ReportBatch), with 2 and with 8 slots per worker."""
     say(f"Reports over gRPC: {sz.commit_clients} simulated workers of protocol 4, {sz.commit_window_s:g} s windows")
     out: dict = {}
-    for slots in (2, 8):
-        r = grpc_commit_rate(sz, root / f"reports-{slots}", None, profile, protocol=4, slots=slots)
-        out[f"reports_p4_{slots}slots_per_s"] = r["acked_rate"]
-        out[f"reports_p4_{slots}slots"] = r
+    for slots, cells in ((2, SUBJECTS), (8, SUBJECTS), (2, REPORTS_LARGE_GROUP)):
+        r = grpc_commit_rate(sz, root / f"reports-{slots}-{cells}", None, profile, protocol=4, slots=slots, cells=cells)
+        key = f"reports_p4_{slots}slots" + ("" if cells == SUBJECTS else f"_{cells}cells")
+        out[f"{key}_per_s"] = r["acked_rate"]
+        out[key] = r
     return out
 
 
@@ -1410,6 +1460,8 @@ def main(argv: list[str] | None = None) -> int:
                     "the GIL (CPU spent in Python), not every running thread")
     ap.add_argument("--switch-interval-ms", type=float, default=0.0,
                     help="commit only: run its coordinators with sys.setswitchinterval(MS) (default: Python's 5 ms)")
+    ap.add_argument("--cprofile", type=Path, help="cProfile (thread CPU time) the coordinator's event loop and actor "
+                    "threads into DIR/<bench>/{loop,actor}.pstats (slows it down; for call counts, not figures)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, data dirs)")
     ap.add_argument("--w1-repeats", type=int, default=0, help="runs of W1 per system (default: 3, --quick 1)")
     ap.add_argument("--w1-systems", default=",".join(W1_SYSTEMS),
@@ -1425,6 +1477,7 @@ def main(argv: list[str] | None = None) -> int:
     Profiler.gil = a.profile_gil
     W1_SYSTEMS[:] = [n.strip() for n in a.w1_systems.split(",")]
     Coordinator.switch_interval_ms = a.switch_interval_ms
+    Coordinator.cprofile = a.cprofile
     root = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     say(f"bench_coordinator: {'quick' if a.quick else 'full'} run on {os.cpu_count()} cores, scratch {root}")
     figures: dict = {}

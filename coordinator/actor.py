@@ -48,6 +48,7 @@ from common.limits import (
     ACTOR_QUEUE_COMMANDS_MAX,
     COMMIT_BATCH_COMMANDS_MAX,
     COMPACT_STEP_KEYS_MAX,
+    SNAPSHOT_CHILD_NICE,
     SNAPSHOT_PART_BYTES,
     SNAPSHOT_PARTS_AHEAD_MAX,
 )
@@ -415,6 +416,10 @@ class Actor:
             try:
                 _die_with(parent)
                 os.close(r)
+                # A core for the parent first; and no collection, which would only write to
+                # the object headers the child shares with the parent (copied on write).
+                os.nice(SNAPSHOT_CHILD_NICE)
+                gc.disable()
                 view = memoryview(encode_state(self._state))
                 while view:
                     view = view[os.write(w, view):]

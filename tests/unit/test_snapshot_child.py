@@ -5,11 +5,14 @@ through streaming its parts; method: a real Store in a temp dir, a
 real Actor with a short snapshot interval, a run driven to completion through it."""
 from __future__ import annotations
 
+import gc
+import json
 import os
 import threading
 from pathlib import Path
 
 from common.ids import AttemptId, RunId, WorkerId, run_id_for
+from common.limits import SNAPSHOT_CHILD_NICE
 from coordinator import actor as actor_module
 from coordinator.actor import Actor, Request, recover
 from coordinator.core import commands as c
@@ -184,3 +187,26 @@ def test_a_child_that_dies_midway_leaves_no_snapshot_and_compaction_deletes_its_
     full = fold(committed)
     assert full.runs[run_id].settled
     assert durable_fingerprint(state) == durable_fingerprint(full)
+
+
+def test_the_child_encodes_at_a_lower_priority_without_the_collector(tmp_path: Path, monkeypatch) -> None:
+    # The child must not take a core from the coordinator (slot refill waits for it), and a
+    # collection in it would only copy the pages it shares with the parent.
+    real = actor_module.encode_state
+    probes = tmp_path / "probes"
+    probes.mkdir()
+
+    def probe(state):
+        (probes / str(os.getpid())).write_text(json.dumps({"nice": os.nice(0), "gc": gc.isenabled()}))
+        return real(state)
+
+    monkeypatch.setattr(actor_module, "encode_state", probe)
+    store = Store.open(tmp_path / "data", snapshot_every=SNAPSHOT_EVERY)
+    timings: list[dict] = []
+    drive(store, timings)
+    store.close()
+    children = [json.loads(p.read_text()) for p in probes.iterdir() if p.name != str(os.getpid())]
+    assert any(t["in_child"] for t in timings) and children, (timings, children)
+    want = min(19, os.nice(0) + SNAPSHOT_CHILD_NICE)
+    assert all(child == {"nice": want, "gc": False} for child in children), children
+    assert gc.isenabled()  # the parent's collector is untouched

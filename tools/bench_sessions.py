@@ -170,13 +170,32 @@ def gc_figures(lines: list[dict]) -> dict:
     return r
 
 
+def run_delay_s(pid: int) -> float:
+    """Seconds the process's threads have waited on a run queue, runnable but without a core
+    (/proc/PID/task/*/schedstat, second field, in ns)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def steal_ticks() -> tuple[int, int]:
+    """(steal, all) jiffies of the machine since boot, from /proc/stat's cpu line."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    return fields[7], sum(fields)
+
+
 def window(coord: Coordinator, seconds: float) -> dict:
-    t0, c0 = mono(), cpu_seconds(coord.pid)
+    t0, c0, q0, s0 = mono(), cpu_seconds(coord.pid), run_delay_s(coord.pid), steal_ticks()
     time.sleep(seconds)
-    t1, c1 = mono(), cpu_seconds(coord.pid)
+    t1, c1, q1, s1 = mono(), cpu_seconds(coord.pid), run_delay_s(coord.pid), steal_ticks()
     mem = memory_kb(coord.pid)
     return {"t0": t0, "t1": t1, "cpu": (c1 - c0) / (t1 - t0), "rss_mb": mem["VmRSS"] / 1024,
-            "hwm_mb": mem["VmHWM"] / 1024}
+            "hwm_mb": mem["VmHWM"] / 1024, "run_delay": (q1 - q0) / (t1 - t0),
+            "steal": (s1[0] - s0[0]) / max(1, s1[1] - s0[1])}
 
 
 def run(a: argparse.Namespace, root: Path) -> dict:
@@ -235,8 +254,10 @@ def run(a: argparse.Namespace, root: Path) -> dict:
         prof.finish()
         fig["idle_cpu"], fig["idle_rss_mb"], fig["idle_hwm_mb"] = w["cpu"], w["rss_mb"], w["hwm_mb"]
         fig["idle_active_end"] = worker_counts(coord).get("active", 0)
+        fig["idle_run_delay"], fig["idle_steal"] = w["run_delay"], w["steal"]
         say(f"  idle {a.idle_s:g} s: coordinator {100 * w['cpu']:.1f}% of a core, RSS {w['rss_mb']:.0f} MB "
-            f"(peak {w['hwm_mb']:.0f}); {fig['idle_active_end']:,} active at its end")
+            f"(peak {w['hwm_mb']:.0f}); {fig['idle_active_end']:,} active at its end; its threads waited for a "
+            f"core {1000 * w['run_delay']:.0f} ms per second; machine steal {100 * w['steal']:.1f}%")
 
         fig.update({f"idle_{k}": v for k, v in status_figures(coord, "idle").items()})
         for args, key in ((("status",), "fleetctl_status"), (("status", "--workers"), "fleetctl_status_workers"),
@@ -287,12 +308,15 @@ def run(a: argparse.Namespace, root: Path) -> dict:
                         "refill_p99_ms": percentile(ack, 99), "refill_max_ms": max(ack, default=float("nan")),
                         "refill_sent_p50_ms": percentile(sent, 50), "refill_sent_p99_ms": percentile(sent, 99),
                         "groups_per_s": len(samples) / (w["t1"] - w["t0"]),
-                        "load_errors": out["errors"], "load_rejected": dict(out["rejected"])})
+                        "load_errors": out["errors"], "load_rejected": dict(out["rejected"]),
+                        "load_run_delay": w["run_delay"], "load_steal": w["steal"]})
             say(f"  load {a.load_s:g} s, {a.load_sessions} sessions serving ({fig['groups_per_s']:.0f} groups/s, "
                 f"{fig['refused']} sessions refused by the run): coordinator {100 * w['cpu']:.1f}% of a core, "
                 f"RSS {w['rss_mb']:.0f} MB (peak {w['hwm_mb']:.0f}); refill ack -> push p50 "
                 f"{fig['refill_p50_ms']:.2f} ms p99 {fig['refill_p99_ms']:.2f} ms max {fig['refill_max_ms']:.1f} "
-                f"ms; report sent -> push p50 {fig['refill_sent_p50_ms']:.2f} p99 {fig['refill_sent_p99_ms']:.2f} ms")
+                f"ms; report sent -> push p50 {fig['refill_sent_p50_ms']:.2f} p99 {fig['refill_sent_p99_ms']:.2f} ms; "
+                f"the coordinator's threads waited for a core {1000 * w['run_delay']:.0f} ms per second; machine "
+                f"steal {100 * w['steal']:.1f}%")
             if out["errors"] or out["rejected"]:
                 say(f"    load client errors {out['error_count']}: {out['errors'][:3]}; rejections {out['rejected']}")
         out = idle_clients.finish()

@@ -161,6 +161,7 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
         order=tuple(order), rank=tuple(rank),
     )
     state.soft.cell_counts[cmd.run_id] = CellCounts()  # nothing tried, running or exhausted yet
+    _liveness_moved(state)  # the oldest unsettled run's timing may now be this run's
     state.version += 1
     ordered = f", ordered from {cmd.policy.order_from}" if order else ""
     fx.append(Emit("run_submitted", cmd.run_id, cmd.run_id,
@@ -219,6 +220,7 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     state.soft.contact_ms[worker.worker_id] = cmd.now_ms
     worker.left_ms = 0
     state.soft.stream_ended_ms.pop(worker.worker_id, None)  # back (within the grace or not)
+    _liveness_moved(state)  # a new worker, or one whose status was set above
     state.version += 1
     for run in state.runs.values():
         if run.settled:
@@ -484,6 +486,7 @@ def _run_paused(state: State, cmd: c.RunPaused, fx: Fx) -> Outcome:
     if run.paused:
         return DUPLICATE
     run.paused = True
+    _liveness_moved(state)  # expiry freezes
     state.version += 1
     fx.append(NotifyRunState(run.run_id, True, run.blocked_reason))
     fx.append(Emit("run_paused", run.run_id, run.run_id))
@@ -498,6 +501,7 @@ def _run_recovered(state: State, cmd: c.RunRecovered, fx: Fx) -> Outcome:
         return rejected(Rejection.RUN_NOT_PAUSED, f"run {cmd.run_id} is not paused")
     run.paused = False
     run.recovered_ms = cmd.now_ms
+    _liveness_moved(state)  # expiry thaws
     state.version += 1
     # The pause froze expiry; a fresh liveness window keeps the outage from expiring everyone.
     for wid in state.workers:
@@ -542,6 +546,8 @@ def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcom
     cell.grants += 1
     state.version += 1
     if group.status == GroupStatus.SETTLED:
+        if run.settled:
+            _liveness_moved(state)  # unsettled again: its timing and pause count once more
         _count_group(state, run, group, exhausted=-1)
         run.settled_groups -= 1
         group.status = GroupStatus.WAITING
@@ -594,6 +600,7 @@ def _coordinator_recovered(state: State, cmd: c.CoordinatorRecovered, fx: Fx) ->
         state.soft.last_heard_ms[worker.worker_id] = cmd.now_ms + timing.recovery_grace_ms - timing.expire_after_ms
     state.recovered_ms = cmd.now_ms
     state.recovery_grace_ms = timing.recovery_grace_ms
+    _liveness_moved(state)  # every worker's liveness was stamped anew above
     state.version += 1
     fx.append(Emit("coordinator_recovered", None, "", f"{len(state.workers)} workers to reconcile"))
     return ACCEPTED
@@ -715,6 +722,11 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
     return Transition(ACCEPTED, tuple(fx), durable)
 
 
+def _liveness_moved(state: State) -> None:
+    """A liveness decision may be due earlier than the last walk found: the next tick walks."""
+    state.soft.tick_due_ms = 0
+
+
 def _heard(soft: Soft, wid: WorkerId, now: int) -> None:
     """The worker was heard from at `now` (a frame of its own, or its stream vouched for)."""
     if soft.last_heard_ms.get(wid, 0) > now:
@@ -791,6 +803,7 @@ def _stream_ended(state: State, cmd: c.WorkerStreamEnded) -> Transition:
     timing = _timing(state)
     if timing.stream_end_grace_ms > 0 and 0 <= cmd.quiet_ms < limits.STREAM_END_QUIET_MS_MAX:
         state.soft.stream_ended_ms[worker.worker_id] = cmd.now_ms
+        _liveness_moved(state)
     return _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(cmd.now_ms, worker.worker_id))
 
 
@@ -800,12 +813,13 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
     fx: list = []
     durable: list = []
     soft = state.soft
-    if not (soft.tick_version == state.version and now < soft.tick_due_ms):
-        before = state.version
+    if now >= soft.tick_due_ms:
+        decided = len(durable)
         _walk_workers(state, timing, now, fx, durable)
-        # The bound holds for the state the walk saw: any durable change since (this walk's own
-        # decisions, this tick's below, a command between ticks) makes the next tick walk.
-        soft.tick_version = before if state.version == before else -1
+        if len(durable) != decided:
+            # A decision may have moved what earlier workers' bounds rest on (a run settled by
+            # an expiry, say): the bound is trusted only from a walk that decided nothing.
+            _liveness_moved(state)
     for run in state.runs.values():
         if run.pin is not None and not run.settled and not _pin_release_problem(state, run):
             t = _HANDLERS[c.RunPinReleased](state, c.RunPinReleased(now, run.run_id, run.pinned_by))
@@ -889,6 +903,7 @@ def _set_status(state: State, worker: WorkerState, status: WorkerStatus) -> None
     if (worker.status == WorkerStatus.ACTIVE) != (status == WorkerStatus.ACTIVE):
         state.slots_active += worker.slots if status == WorkerStatus.ACTIVE else -worker.slots
     worker.status = status
+    _liveness_moved(state)
     _refresh_free(state, worker)
 
 
@@ -988,6 +1003,8 @@ def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx
     if not pending:
         group.status = GroupStatus.SETTLED
         run.settled_groups += 1
+        if run.settled:
+            _liveness_moved(state)  # the timing and the expiry freeze follow the unsettled runs
         _count_group(state, run, group, exhausted=1)
         for cid in group.cells:
             if run.cells[cid].selected is None:

@@ -221,11 +221,12 @@ class Soft:
     serving: dict[RunId, list[tuple[int, WorkerId]]] = field(default_factory=dict)
     cell_counts: dict[RunId, CellCounts] = field(default_factory=dict)
     # The clock tick's walk of every worker (machine.py `_clock_ticked`) is skipped while no
-    # liveness decision can be due: before `tick_due_ms`, the earliest time one could be, as
-    # of the walk at durable `tick_version` (a durable change, or a stamp that moves a worker's
-    # liveness back, forces the next walk). Decisions are those of a walk at every tick.
+    # liveness decision can be due: before `tick_due_ms`, the earliest time one could be, as of
+    # the last walk. Whatever can make a decision due earlier sets it to 0, forcing the next
+    # walk (`_liveness_moved`): a worker's status or registration, a stream's end, a run's
+    # submit, pause, resume or settling (the timing and the expiry freeze), a stamp that moves
+    # a worker's liveness back. Decisions are those of a walk at every tick.
     tick_due_ms: int = 0
-    tick_version: int = -1
 
 
 @dataclass(slots=True)

@@ -117,14 +117,14 @@ def test_the_tick_walks_only_when_a_decision_can_be_due_and_suspects_on_time() -
     try:
         k = Core(submit=False)
         k.register("w1")
-        k.tick(10)  # walks (the registration changed durable state); the bound: w1's suspicion
+        k.tick(10)  # walks (the registration can make a decision due); the bound: w1's suspicion
         suspected_at = None
         while k.now < 4_000:
             k.tick(100)
             if suspected_at is None and k.worker("w1").status == WorkerStatus.SUSPECTED:
                 suspected_at = k.now
         # On the first tick at or past the suspicion window, as a walk at every tick decides;
-        # then once more after that durable change, and not again before the expiry's bound.
+        # then once more after that decision, and not again before the expiry's bound.
         assert suspected_at == 3_510 and walked == [10, 3_510, 3_610], walked
     finally:
         machine._walk_workers = original

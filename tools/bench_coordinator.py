@@ -756,9 +756,10 @@ class Clients:
                  slots: int = 1, hold_ms: tuple[int, int] | None = None, ramp_s: float = 0.0,
                  protocol: int = 3, name: str = "", streams_per_channel: int = 1,
                  measure: dict[str, str] | None = None, deadline_s: float = CLIENT_DEADLINE_S,
-                 hello_attempts: int = 1) -> None:
+                 hello_attempts: int = 1, nice: int = 0) -> None:
         """`name` tells apart several sets of clients of one coordinator (worker ids, files);
-        `measure`: what the workers answer a run offer with, key by key."""
+        `measure`: what the workers answer a run offer with, key by key; `nice`: the client
+        processes' nice value (`nice -n`), so that they yield the cores to the coordinator."""
         self.root = root
         name = name or mode
         self.stop_file = root / f"stop-{name}"
@@ -776,8 +777,10 @@ class Clients:
             cfg_path.write_text(json.dumps(cfg))
             out_path = root / f"client-{name}-{p}.out"
             self.outputs.append(out_path)
-            self.procs.append(Proc(f"client {name} {p}", [PY, "-m", "tools.bench_coordinator", "_client",
-                                                         str(cfg_path)], root / f"client-{name}-{p}.log",
+            argv = [PY, "-m", "tools.bench_coordinator", "_client", str(cfg_path)]
+            if nice:
+                argv = ["nice", "-n", str(nice), *argv]
+            self.procs.append(Proc(f"client {name} {p}", argv, root / f"client-{name}-{p}.log",
                                    stdout=out_path.open("wb")))
 
     def finish(self, timeout_s: float = 60) -> dict:

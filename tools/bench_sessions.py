@@ -205,6 +205,7 @@ def run(a: argparse.Namespace, root: Path) -> dict:
     need = a.sessions + 1_000
     say(f"bench_sessions: {a.sessions:,} sessions in {a.processes} client processes "
         f"({a.streams_per_channel} stream(s) per connection), {a.load_sessions} of them under load; "
+        f"the idle sessions' processes at nice {a.idle_clients_nice}; "
         f"RLIMIT_NOFILE {soft}/{hard} in the processes started here (scratch {root})")
     if a.streams_per_channel == 1 and soft < need:
         say(f"  warning: {soft} descriptors may not hold {a.sessions} connections: pass --streams-per-channel")
@@ -221,7 +222,7 @@ def run(a: argparse.Namespace, root: Path) -> dict:
         idle_clients = Clients(root, coord, mode="idle", workers=idle_n, processes=a.processes - load_procs,
                                protocol=4, name="idle", streams_per_channel=a.streams_per_channel,
                                measure={POOL_KEY: "idle"}, deadline_s=deadline_s,
-                               hello_attempts=HELLO_ATTEMPTS)
+                               hello_attempts=HELLO_ATTEMPTS, nice=a.idle_clients_nice)
         if a.load_sessions:
             lo, hi = a.hold_ms
             load_clients = Clients(root, coord, mode="refill", workers=a.load_sessions, processes=load_procs,
@@ -419,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--profile", type=Path, help="py-spy the coordinator over the idle and load windows into DIR")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs)")
+    ap.add_argument("--idle-clients-nice", type=int, default=10, metavar="N",
+                    help="nice value of the client processes that hold the idle sessions (default 10: on a "
+                    "machine shared with the coordinator they yield it the cores, as clients on their own VMs "
+                    "would; 0: the same priority). The load sessions' processes always run at 0")
     ap.add_argument("--coordinator-arg", action="append", default=[], metavar="ARG",
                     help="pass ARG to fleet-coordinator (repeat: --coordinator-arg=--gc-full-every-s --coordinator-arg=20)")
     a = ap.parse_args(argv)

@@ -6,7 +6,10 @@ coordinator or right after it (the commit happens, the acks are lost); the worke
 reconnects, resends the same batch as its outbox would, and the results are read back."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +49,25 @@ def batch_of(pushes: list) -> coordinator_pb2.ReportBatch:
         coordinator_pb2.CellReport(run_id=p.run_id, attempt_id=c.attempt_id, assignment_id=p.assignment_id,
                                    generation=p.generation, report=rc.good_report())
         for p in pushes for c in p.cells])
+
+
+@contextlib.contextmanager
+def one_group_pushed(cl: Cluster) -> Iterator[tuple[str, rc.RawSession, Any]]:
+    """A run of one group, and a protocol-4 session of one slot holding its push."""
+    run_id = cl.submit(intbench_spec(1), SLOW_POLICY)
+    token = (cl.data_dir / "enroll.token").read_text().strip()
+    with rc.RawSession(cl.address, rc.worker_metadata(token, "w1")) as s:
+        s.open(rc.hello("w1", slots=1, protocol_version=4))
+        (push,) = s.push(1)
+        yield run_id, s, push
+
+
+def send_batch(s: rc.RawSession, batch: coordinator_pb2.ReportBatch) -> list:
+    """Send `batch` (a seq per report) and return the ack of each report, in order."""
+    first = s.seq + 1
+    s.send(coordinator_pb2.WorkerFrame(seq=first, report_batch=batch))
+    s.seq += len(batch.reports)
+    return [s.ack(first + i) for i in range(len(batch.reports))]
 
 
 def selected_once(cl: Cluster, run_id: str, pushes: list) -> None:
@@ -106,10 +128,7 @@ def test_a_report_batch_cut_mid_stream_loses_nothing_and_selects_nothing_twice(c
             s.open(rc.hello("w1", slots=2, protocol_version=4,
                             owned_assignment_ids=[p.assignment_id for p in pushes],
                             buffered_attempt_ids=[r.attempt_id for r in batch.reports]))
-            first = s.seq + 1
-            s.send(coordinator_pb2.WorkerFrame(seq=first, report_batch=batch))
-            s.seq += len(batch.reports)
-            acks = [s.ack(first + i) for i in range(len(batch.reports))]
+            acks = send_batch(s, batch)
             expected = ACCEPTED if where == "before" else DUPLICATE
             assert [a.outcome for a in acks] == [expected] * len(batch.reports), acks
             # The seq after the batch is the next frame's: the stream goes on.
@@ -124,17 +143,10 @@ def test_a_report_batch_cut_mid_stream_loses_nothing_and_selects_nothing_twice(c
 
 
 def test_a_bad_report_inside_a_batch_is_refused_alone(cluster):
-    run_id = cluster.submit(intbench_spec(1), SLOW_POLICY)
-    token = (cluster.data_dir / "enroll.token").read_text().strip()
-    with rc.RawSession(cluster.address, rc.worker_metadata(token, "w1")) as s:
-        s.open(rc.hello("w1", slots=1, protocol_version=4))
-        (push,) = s.push(1)
+    with one_group_pushed(cluster) as (run_id, s, push):
         batch = batch_of([push])
         batch.reports[0].attempt_id = ""  # malformed: refused on its own seq
-        first = s.seq + 1
-        s.send(coordinator_pb2.WorkerFrame(seq=first, report_batch=batch))
-        s.seq += len(batch.reports)
-        acks = [s.ack(first + i) for i in range(len(batch.reports))]
+        acks = send_batch(s, batch)
         assert acks[0].outcome == REJECTED and acks[0].rejection == common_pb2.REJECTION_REASON_MALFORMED_FRAME
         assert [a.outcome for a in acks[1:]] == [ACCEPTED] * (len(acks) - 1), acks
         empty = s.seq + 1
@@ -149,17 +161,10 @@ def test_a_bad_report_inside_a_batch_is_refused_alone(cluster):
 def test_a_report_the_core_refuses_inside_a_batch_is_acked_with_its_reason(cluster):
     """The acks of a batch travel as one AckBatch: a refusal by the core keeps its seq, its
     reason and its detail there, and the other reports of the batch are accepted."""
-    run_id = cluster.submit(intbench_spec(1), SLOW_POLICY)
-    token = (cluster.data_dir / "enroll.token").read_text().strip()
-    with rc.RawSession(cluster.address, rc.worker_metadata(token, "w1")) as s:
-        s.open(rc.hello("w1", slots=1, protocol_version=4))
-        (push,) = s.push(1)
+    with one_group_pushed(cluster) as (run_id, s, push):
         batch = batch_of([push])
         batch.reports[1].generation += 1  # not the assignment's generation
-        first = s.seq + 1
-        s.send(coordinator_pb2.WorkerFrame(seq=first, report_batch=batch))
-        s.seq += len(batch.reports)
-        acks = [s.ack(first + i) for i in range(len(batch.reports))]
+        acks = send_batch(s, batch)
         assert acks[1].outcome == REJECTED, acks
         assert acks[1].rejection == common_pb2.REJECTION_REASON_GENERATION_MISMATCH
         assert "generation" in acks[1].detail

@@ -63,12 +63,13 @@ OUTBOX_GROUP_COMMIT_OPS_MAX = 512
 UPLOADS_IN_FLIGHT_MAX = 4
 ACTOR_QUEUE_COMMANDS_MAX = 10_000
 COMMIT_BATCH_COMMANDS_MAX = 512
-# A snapshot is encoded in a forked child (coordinator/actor.py), so its cost to the actor is
-# the fork and the part writes, not the pickling. Recovery is the snapshot's load plus the tail
-# replayed after it: at a million cells the load takes about 6 s and a record of the tail about
-# 65 us to decode and step (docs/benchmarks.md), so a tail of 50,000 records (3.3 s) put the
-# worst recovery past the 10 s goal, and 25,000 (1.6 s) keeps it under. The price: a million-cell
-# state is encoded (about 15-20 s of the child's CPU) twice as often.
+# A snapshot is encoded by a process of its own (coordinator/snapshotter.py), so its cost to the
+# actor is starting it and the part writes, not the pickling. Recovery is the snapshot's load
+# plus the tail replayed after it: at a million cells the load takes about 6 s and a record of
+# the tail about 65 us to decode and step (docs/benchmarks.md), so a tail of 50,000 records
+# (3.3 s) put the worst recovery past the 10 s goal, and 25,000 (1.6 s) keeps it under. The
+# price: the snapshot process loads the last snapshot, replays up to 25,000 records and encodes
+# (at a million cells about 30 s of its CPU, at nice SNAPSHOT_CHILD_NICE) twice as often.
 SNAPSHOT_EVERY_RECORDS = 25_000
 # A snapshot encoded in a child is stored in parts of this size, one LMDB transaction each,
 # between the actor's batches: about 10 ms a part on this machine's disk (tools/bench_scale),
@@ -118,8 +119,8 @@ IDLE_HEARTBEAT_INTERVAL_MS = 30_000
 # everything, for cycles that became garbage after they were frozen, this often (0: never).
 GC_FREEZE_EVERY_MS = 1_000
 GC_FULL_EVERY_MS = 3_600_000
-# The snapshot child's nice value: it encodes for seconds at a large run and must not take a
-# core from the coordinator it was forked from (slot refill waits for that core).
+# The snapshot process's nice value: it works for seconds at a large run and must not take a
+# core from the coordinator (slot refill waits for that core).
 SNAPSHOT_CHILD_NICE = 10
 RECONNECT_BACKOFF_MS_MIN = 100
 RECONNECT_BACKOFF_MS_MAX = 10_000

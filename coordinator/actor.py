@@ -9,16 +9,16 @@ Order, fixed, for every batch of requests taken from the queue:
   4. send: only then are outcomes and effects handed to the event loop for delivery.
 Nothing leaves the process before the commit it depends on.
 
-Snapshots are encoded off the actor thread, in a forked child: fork gives the child a
-copy-on-write image of the state as of the last commit, the child pickles it into a pipe and
-exits, a reader thread hands the bytes to the actor part by part as they arrive (parts of
-SNAPSHOT_PART_BYTES, at most SNAPSHOT_PARTS_AHEAD_MAX held), and the actor stores each (LMDB is
-the actor's) in one short transaction between two batches, then, once the child exited
-cleanly, the manifest that makes the snapshot exist, then retention's deletions in bounded
-steps; commits go on meanwhile. The actor thread pays the fork (page tables) and each part's write, not the
-encoding. The child touches nothing but memory and its
-pipe (no logging, no gRPC, no LMDB) and leaves with os._exit. Should a child fail, that
-snapshot is encoded on the actor thread instead, as before.
+Snapshots are encoded off the actor thread, by a process of their own
+(coordinator/snapshotter.py, spawned, not forked: a fork's page tables and copy-on-write
+faults stalled the coordinator): it folds the store to the index of the last commit, exactly
+as recovery does, and writes the encoding into a pipe; a reader thread hands the bytes to the
+actor part by part as they arrive (parts of SNAPSHOT_PART_BYTES, at most
+SNAPSHOT_PARTS_AHEAD_MAX held), and the actor stores each (LMDB writes are the actor's) in one
+short transaction between two batches, then, once the process exited cleanly, the manifest
+that makes the snapshot exist, then retention's deletions in bounded steps; commits go on
+meanwhile. The actor thread pays the spawn and each part's write, not the encoding. Should
+the process fail, that snapshot and the later ones are encoded on the actor thread instead.
 
 A storage error is fail-stop:
 the process exits with a clear line and recovers from disk on restart. An assertion failure
@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import gc
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -48,11 +46,10 @@ from common.limits import (
     ACTOR_QUEUE_COMMANDS_MAX,
     COMMIT_BATCH_COMMANDS_MAX,
     COMPACT_STEP_KEYS_MAX,
-    SNAPSHOT_CHILD_NICE,
     SNAPSHOT_PART_BYTES,
     SNAPSHOT_PARTS_AHEAD_MAX,
 )
-from coordinator import codec
+from coordinator import codec, snapshotter
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
 from coordinator.core.effects import (
@@ -112,29 +109,9 @@ class Batch:
     broadcast: list[Any] = field(default_factory=list)  # frames for every connected worker
 
 
-def _libc_prctl() -> Callable[..., int] | None:
-    """prctl(2), resolved now: a child forked from a threaded process must not import."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _libc_prctl()
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(parent: int) -> None:
-    """In a snapshot child: be killed with the coordinator. The child shares the data dir's
-    lock (flock belongs to the open file, which fork shares), so a child that outlived a
-    kill -9 of its parent would keep the restarted coordinator out until its encode ended
-    (43 s at a million cells)."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the line above took effect
-        os._exit(1)
+# The snapshot process: a module run with this interpreter (tests put a stand-in here).
+SNAPSHOTTER_MODULE = "coordinator.snapshotter"
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the child imports from here
 
 
 def recover(store: Store) -> tuple[State, int]:
@@ -157,9 +134,28 @@ def recover_with_time(store: Store) -> tuple[State, int, int]:
 
 
 def _recover(store: Store) -> tuple[State, int, int]:
+    state, index, last_now, snapshot_index, replayed = _fold(store, None)
+    log.info("recovered", snapshot_index=snapshot_index or 0, replayed=replayed,
+             last_index=index, runs=len(state.runs), workers=len(state.workers))
+    return state, index, last_now
+
+
+def fold_to(store: Store, upto: int) -> tuple[State, int]:
+    """The state as of log index `upto` (or as far as the store goes, if less) and that index:
+    the newest valid snapshot at or below it and the records after it. The snapshot process's
+    fold, with the collector off as in recovery; nothing is logged."""
+    with no_gc():
+        state, index, _, _, _ = _fold(store, upto)
+    return state, index
+
+
+def _fold(store: Store, upto: int | None) -> tuple[State, int, int, int | None, int]:
     rec = store.load()
     for warning in rec.warnings:
         log.warning("store_warning", detail=warning)
+    if upto is not None and rec.snapshot_index is not None and rec.snapshot_index > upto:
+        raise StoreCorrupt(f"the newest snapshot, at {rec.snapshot_index}, is past index {upto}",
+                           store_path(store), index=upto)
     if rec.snapshot_index is not None:
         index = rec.snapshot_index
         try:
@@ -171,6 +167,8 @@ def _recover(store: Store) -> tuple[State, int, int]:
     replayed = 0
     last_now = 0
     for position, data in rec.records:
+        if upto is not None and position > upto:
+            break
         try:
             record_index, cmd = decode_record(data)
         except LogCodecError as e:
@@ -185,9 +183,7 @@ def _recover(store: Store) -> tuple[State, int, int]:
         index = position
         replayed += 1
         last_now = max(last_now, cmd.now_ms)
-    log.info("recovered", snapshot_index=rec.snapshot_index or 0, replayed=replayed,
-             last_index=index, runs=len(state.runs), workers=len(state.workers))
-    return state, index, last_now
+    return state, index, last_now, rec.snapshot_index, replayed
 
 
 def store_path(store: Store) -> str:
@@ -202,7 +198,7 @@ class Actor:
                  batch_max: int = COMMIT_BATCH_COMMANDS_MAX,
                  on_commit: Callable[[int, float], None] | None = None,
                  last_now_ms: int = 0,
-                 snapshot_in_child: bool = hasattr(os, "fork"),
+                 snapshot_in_child: bool = hasattr(os, "posix_spawn"),
                  snapshot_part_bytes: int = SNAPSHOT_PART_BYTES,
                  on_snapshot: Callable[[dict], None] | None = None) -> None:
         self._store = store
@@ -404,35 +400,43 @@ class Actor:
             data = encode_state(self._state)
             encoded = time.perf_counter()
             self._store.write_snapshot(index, data)
-            self._snapshot_done(index, len(data), encode_s=encoded - started, fork_s=0.0,
+            self._snapshot_done(index, len(data), encode_s=encoded - started, spawn_s=0.0,
                                 store_s=time.perf_counter() - encoded, in_child=False)
             return
         started = time.perf_counter()
         r, w = os.pipe()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the child: memory and its pipe only, then leave without cleanup
-            code = 1
-            try:
-                _die_with(parent)
-                os.close(r)
-                # A core for the parent first; and no collection, which would only write to
-                # the object headers the child shares with the parent (copied on write).
-                os.nice(SNAPSHOT_CHILD_NICE)
-                gc.disable()
-                view = memoryview(encode_state(self._state))
-                while view:
-                    view = view[os.write(w, view):]
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        fork_s = time.perf_counter() - started
+        try:
+            pid = self._spawn_snapshotter(index, w)
+        except OSError as e:
+            os.close(r)
+            log.warning("snapshot_process_not_started", index=index, error=str(e))
+            self._snapshot_in_child = False  # encode here from now on: progress over speed
+            self._begin_snapshot()
+            return
+        finally:
+            os.close(w)
+        spawn_s = time.perf_counter() - started
         self._snapshot_pending = index
-        threading.Thread(target=self._collect_snapshot, args=(pid, r, index, fork_s, started),
+        threading.Thread(target=self._collect_snapshot, args=(pid, r, index, spawn_s, started),
                          name="fleet-snapshot", daemon=True).start()
 
-    def _collect_snapshot(self, pid: int, r: int, index: int, fork_s: float, started: float) -> None:
+    def _spawn_snapshotter(self, index: int, w: int) -> int:
+        """The snapshot process for `index`, its fd 3 the pipe's write end, its stdout
+        /dev/null, its stderr ours. posix_spawn (vfork underneath): the coordinator's memory is
+        not copied, not even its page tables."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        argv = [sys.executable, "-m", SNAPSHOTTER_MODULE, store_path(self._store), str(index), str(os.getpid())]
+        spare = os.dup(w) if w == snapshotter.OUT_FD else None  # dup2 onto itself would keep close-on-exec
+        try:
+            return os.posix_spawn(sys.executable, argv, env, file_actions=[
+                (os.POSIX_SPAWN_DUP2, w if spare is None else spare, snapshotter.OUT_FD),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+        finally:
+            if spare is not None:
+                os.close(spare)
+
+    def _collect_snapshot(self, pid: int, r: int, index: int, spawn_s: float, started: float) -> None:
         """Reader thread: the child's bytes, handed to the actor one part at a time as they
         arrive (each a chore: one short transaction between batches), then the manifest once
         the child has exited cleanly. At most SNAPSHOT_PARTS_AHEAD_MAX parts are held here: the
@@ -489,7 +493,7 @@ class Actor:
             t = time.perf_counter()
             self._store.finish_snapshot(index, parts, total, crc)
             stalls.append(time.perf_counter() - t)
-            self._snapshot_done(index, total, encode_s=encode_s, fork_s=fork_s,
+            self._snapshot_done(index, total, encode_s=encode_s, spawn_s=spawn_s,
                                 store_s=sum(stalls), store_stall_max_s=max(stalls), parts=parts,
                                 in_child=True)
             self._chores.append(self._compact)

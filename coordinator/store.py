@@ -250,6 +250,31 @@ class Store:
             os.close(lock_fd)
             raise
 
+    @classmethod
+    def open_reader(cls, data_dir: Path) -> Store:
+        """A read-only view of a store that another process (the coordinator) has open for
+        writing: the snapshot process's (coordinator/snapshotter.py). LMDB serves readers of
+        other processes while one writes; this takes no data-dir lock and can write nothing."""
+        data_dir = Path(data_dir)
+        wal_dir = data_dir / WAL_DIR_NAME
+        env = None
+        try:
+            env = lmdb.open(str(wal_dir), subdir=True, max_dbs=MAX_DBS, readonly=True, lock=True)
+            # Each handle in a transaction of its own that ends committed (py-lmdb's way for a
+            # read-only environment): a handle opened inside a longer read transaction dies with it.
+            dbs = tuple(env.open_db(name, create=False) for name in (DB_LOG, DB_SNAP, DB_META, DB_SNAP_PARTS))
+            with env.begin() as txn:
+                last_index, snapshot_indexes = _check_layout(txn, dbs, wal_dir)  # type: ignore[arg-type]
+            actual_map = env.info()["map_size"]
+        except (lmdb.Error, OSError) as e:
+            if env is not None:
+                env.close()
+            raise _wrap(e, "opening the write-ahead log to read it", wal_dir) from e
+        return cls(data_dir=data_dir, lock_fd=-1, env=env, dbs=dbs,  # type: ignore[arg-type]
+                   map_size_bytes=actual_map, map_size_bytes_max=actual_map,
+                   snapshot_every=SNAPSHOT_EVERY_RECORDS, last_index=last_index,
+                   snapshot_indexes=snapshot_indexes)
+
     def close(self) -> None:
         """Close LMDB, then release the lock (in that order: the lock guards the env)."""
         with self._copy_lock:
@@ -257,7 +282,8 @@ class Store:
                 return
             self._closed = True
             self._env.close()
-            os.close(self._lock_fd)
+            if self._lock_fd >= 0:  # a reader (open_reader) holds none
+                os.close(self._lock_fd)
 
     def __enter__(self) -> Store:
         return self

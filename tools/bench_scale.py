@@ -13,7 +13,7 @@ In one bounded run, on real daemons (`python -m coordinator.main`) in a temp dir
    with the newest snapshot SNAPSHOT_EVERY_RECORDS - 1 records before the end: the worst
    tail a kill -9 can leave. The run is cut off mid-way, with at least N records.
 3. on that store: the time until a started coordinator answers; GetResults read whole page
-   by page (`tools.pages`); a snapshot taken by a forked child while admin probes (each one
+   by page (`tools.pages`); a snapshot taken by the snapshot process while admin probes (each one
    a command through the actor) measure how long the actor keeps them waiting; kill -9;
    the time until the restarted coordinator answers again, and its RSS.
 4. the pure core's cost per command on an N-cell run against a 120-cell run, W workers
@@ -399,11 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     row("coordinator RSS after submit (peak)", f"{fig['submit_rss_mb']:.0f} MB ({fig['submit_hwm_mb']:.0f})",
         "<= 2048 MB", fig["submit_hwm_mb"] <= 2048)
     if snap:
-        row("snapshot: encoded in a forked child", "yes" if snap.get("in_child") else "no", "off the actor",
+        row("snapshot: encoded by the snapshot process", "yes" if snap.get("in_child") else "no", "off the actor",
             bool(snap.get("in_child")))
         row("snapshot: child encode (wall, off the actor)", f"{snap.get('encode_s', 0):.2f} s", "-", None)
-        row("snapshot: actor stall for the fork", f"{1e3 * snap.get('fork_s', 0):.1f} ms", "< 20 ms",
-            snap.get("fork_s", 1) < 0.020)
+        row("snapshot: actor stall to start its process", f"{1e3 * snap.get('spawn_s', 0):.1f} ms", "< 20 ms",
+            snap.get("spawn_s", 1) < 0.020)
         stall = snap.get("store_stall_max_s", snap.get("store_s", 1))
         row(f"snapshot: store write, {snap.get('parts', 1)} parts (total)", f"{1e3 * snap.get('store_s', 0):.0f} ms",
             "-", None)

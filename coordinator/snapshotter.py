@@ -27,6 +27,7 @@ from pathlib import Path
 from common.limits import SNAPSHOT_CHILD_NICE
 
 OUT_FD = 3  # the pipe to the coordinator, placed here by the spawn's file actions
+FOLD_ATTEMPTS = 3
 
 
 def _libc_prctl() -> Callable[..., int] | None:
@@ -69,11 +70,20 @@ def main(argv: list[str] | None = None) -> int:
     prepare(parent)
     # Imported after prepare: the coordinator's modules are a second of work at this priority.
     from coordinator.actor import fold_to
+    from coordinator.errors import StoreIOError
     from coordinator.snapshot import encode_state
     from coordinator.store import Store
 
-    with Store.open_reader(data_dir) as store:
-        state, at = fold_to(store, index)
+    for attempt in range(FOLD_ATTEMPTS):
+        try:
+            with Store.open_reader(data_dir) as store:
+                state, at = fold_to(store, index)
+            break
+        except StoreIOError:
+            # The coordinator grows the map now and then; a reader that began before sees
+            # MDB_MAP_RESIZED and reads again from a fresh view.
+            if attempt + 1 == FOLD_ATTEMPTS:
+                raise
     if at != index:
         print(f"fleet snapshotter: the store holds records to {at}, not to {index}", file=sys.stderr)
         return 2

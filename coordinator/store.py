@@ -163,7 +163,9 @@ class Store:
         snapshot_every: int,
         last_index: int,
         snapshot_indexes: list[int],
+        readonly: bool = False,
     ) -> None:
+        self._readonly = readonly  # open_reader's view: nothing may be written through it
         self._data_dir = data_dir
         self._wal_dir = data_dir / WAL_DIR_NAME
         self._lock_fd = lock_fd
@@ -273,7 +275,7 @@ class Store:
         return cls(data_dir=data_dir, lock_fd=-1, env=env, dbs=dbs,  # type: ignore[arg-type]
                    map_size_bytes=actual_map, map_size_bytes_max=actual_map,
                    snapshot_every=SNAPSHOT_EVERY_RECORDS, last_index=last_index,
-                   snapshot_indexes=snapshot_indexes)
+                   snapshot_indexes=snapshot_indexes, readonly=True)
 
     def close(self) -> None:
         """Close LMDB, then release the lock (in that order: the lock guards the env)."""
@@ -626,6 +628,7 @@ class Store:
         ceiling with `StoreFull`. An aborted transaction leaves nothing behind.
         """
         self._check_usable()
+        assert not self._readonly, f"{what}: a read-only view of the store (open_reader) writes nothing"
         while True:
             txn = self._env.begin(write=True)
             try:

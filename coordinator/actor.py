@@ -111,6 +111,7 @@ class Batch:
 
 # The snapshot process: a module run with this interpreter (tests put a stand-in here).
 SNAPSHOTTER_MODULE = "coordinator.snapshotter"
+SNAPSHOT_PROCESS_FAILURES_MAX = 3  # failed in a row: snapshots are then encoded on the actor thread
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the child imports from here
 
 
@@ -220,6 +221,7 @@ class Actor:
         self._snapshot_part_bytes = snapshot_part_bytes
         self._chores: collections.deque[Callable[[], None]] = collections.deque()  # actor thread only
         self._snapshot_pending: int | None = None  # index of the snapshot a child is encoding
+        self._snapshot_failures = 0  # snapshot processes failed in a row
         self._on_snapshot = on_snapshot  # timings of each snapshot, for benchmarks
         self.commits = 0  # batches committed (for benchmarks and metrics)
         self.records = 0
@@ -484,9 +486,17 @@ class Actor:
                 self._store.abandon_parts(index)  # orphans, deleted by the compaction steps
                 self._chores.append(self._compact)
                 if handed:
-                    log.warning("snapshot_child_failed", index=index, exit_status=status)
-                    self._snapshot_in_child = False  # encode here from now on: progress over speed
+                    self._snapshot_failures += 1
+                    # A process that failed is tried again at the next batch (a transient cause
+                    # must not cost every later snapshot a stall of the actor); after a few
+                    # failures in a row, encode here from now on: progress over speed.
+                    giving_up = self._snapshot_failures >= SNAPSHOT_PROCESS_FAILURES_MAX
+                    log.warning("snapshot_child_failed", index=index, exit_status=status,
+                                failures=self._snapshot_failures, encode_in_actor_from_now=giving_up)
+                    if giving_up:
+                        self._snapshot_in_child = False
                 return
+            self._snapshot_failures = 0
             newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
             if index <= newest:
                 return

@@ -261,7 +261,11 @@ class Store:
         wal_dir = data_dir / WAL_DIR_NAME
         env = None
         try:
-            env = lmdb.open(str(wal_dir), subdir=True, max_dbs=MAX_DBS, readonly=True, lock=True)
+            # The ceiling as its map: the writer grows its map as the log grows, and a reader
+            # whose map is smaller than the writer's last one gets MDB_MAP_RESIZED at its next
+            # transaction (a read-only map larger than the file costs address space only).
+            env = lmdb.open(str(wal_dir), subdir=True, max_dbs=MAX_DBS, readonly=True, lock=True,
+                            map_size=STORE_MAP_BYTES_MAX)
             # Each handle in a transaction of its own that ends committed (py-lmdb's way for a
             # read-only environment): a handle opened inside a longer read transaction dies with it.
             dbs = tuple(env.open_db(name, create=False) for name in (DB_LOG, DB_SNAP, DB_META, DB_SNAP_PARTS))

@@ -82,3 +82,34 @@ def test_fold_to_stops_at_the_index_from_the_newest_snapshot_below_it(tmp_path: 
         writer.append(records[10:])
         got = read(tmp_path, [12, 25, 30])["folds"]
     assert got == {str(upto): [upto, fingerprints[upto - 1]] for upto in (12, 25, 30)}, got
+
+
+SLOW_READER = r"""
+import sys
+from coordinator.store import Store
+with Store.open_reader(sys.argv[1]) as reader:
+    print("open", flush=True)
+    sys.stdin.readline()  # the writer grows its map meanwhile
+    print(len(list(reader.load().records)), flush=True)
+"""
+
+
+def test_a_reader_open_before_the_writer_grew_its_map_still_reads(tmp_path: Path) -> None:
+    # The snapshot process failed so in the sessions bench: MDB_MAP_RESIZED at its first read.
+    start = 16 << 20  # above py-lmdb's default map (10 MiB), which would hide the error
+    with Store.open(tmp_path, map_size_bytes=start) as writer:
+        fill(writer, 10)
+        reader = subprocess.Popen([sys.executable, "-c", SLOW_READER, str(tmp_path)], cwd=REPO, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert reader.stdout.readline().strip() == "open", reader.stderr.read()
+            big = b"y" * 200_000
+            while writer.map_size_bytes <= start:  # grows the map (doubling) on MapFullError
+                writer.append([big])
+            out, err = reader.communicate(input="\n", timeout=60)
+            assert reader.returncode == 0, err
+            assert int(out.strip()) == 10  # the log as of the reader's open, read in full
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait(10)

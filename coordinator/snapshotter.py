@@ -51,7 +51,10 @@ def prepare(parent: int) -> None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the line above took effect
         os._exit(1)
-    os.nice(SNAPSHOT_CHILD_NICE)
+    try:
+        os.nice(SNAPSHOT_CHILD_NICE)
+    except OSError as e:  # setpriority filtered out (the shipped unit's SystemCallFilter=~@resources)
+        print(f"fleet snapshotter: runs at the coordinator's priority ({e})", file=sys.stderr, flush=True)
     gc.disable()
 
 

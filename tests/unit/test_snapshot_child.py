@@ -199,3 +199,15 @@ def test_the_snapshot_process_yields_the_cores_and_runs_without_the_collector() 
                          cwd=Path(__file__).resolve().parents[2], check=True).stdout.split()
     assert out == [str(min(19, os.nice(0) + SNAPSHOT_CHILD_NICE)), "False"], out
     assert gc.isenabled()  # the caller's collector is untouched
+
+
+def test_a_filtered_setpriority_leaves_the_snapshot_process_at_work() -> None:
+    # The shipped unit filters @resources (it adds setpriority back); where setpriority is
+    # refused, the process says so and goes on at the coordinator's priority.
+    probe = ("import gc, os; from coordinator import snapshotter\n"
+             "def refuse(_): raise PermissionError(1, 'Operation not permitted')\n"
+             "os.nice = refuse; snapshotter.prepare(os.getppid()); print(gc.isenabled())")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=WAIT_S,
+                          cwd=Path(__file__).resolve().parents[2], check=True)
+    assert done.stdout.split() == ["False"], done
+    assert "runs at the coordinator's priority" in done.stderr, done.stderr

@@ -228,6 +228,19 @@ class Soft:
     # a worker's liveness back. Decisions are those of a walk at every tick.
     tick_due_ms: int = 0
 
+    def __setstate__(self, state: object) -> None:
+        """As pickle and copy restore a slotted object, but a field this build no longer has is
+        skipped and one it added keeps its default: a snapshot written by an older build carries
+        that build's Soft (its slots were `tick_version` too), and must still decode."""
+        dict_state, slot_state = state if isinstance(state, tuple) else (state, None)
+        fresh = Soft()
+        for name in Soft.__slots__:
+            setattr(self, name, getattr(fresh, name))
+        for values in (dict_state, slot_state):
+            for name, value in (values or {}).items():
+                if name in Soft.__slots__:
+                    setattr(self, name, value)
+
 
 @dataclass(slots=True)
 class State:

@@ -57,3 +57,40 @@ def test_a_snapshot_whose_soft_part_lacks_fields_of_this_build_decodes() -> None
     loaded = decode_state(split(data, 4_096))
     assert loaded.soft.free_stamp == {} and loaded.soft.last_heard_ms == {}
     assert durable_fingerprint(loaded) == whole
+
+
+def test_a_snapshot_whose_soft_part_has_fields_this_build_removed_decodes() -> None:
+    """A snapshot written by a build whose `Soft` had a field this one removed (`tick_version`,
+    until 7ca8293): unpickling it set the missing slot and failed, so the coordinator refused
+    to start on an older data dir (found by `./dev local` on the last session's `.fleet`)."""
+    import copyreg
+    import io
+    import pickle
+
+    from coordinator.core.state import Soft
+
+    class OlderBuild(pickle.Pickler):
+        def reducer_override(self, obj):  # noqa: ANN001, ANN202
+            if type(obj) is Soft:
+                slots = {name: getattr(obj, name) for name in Soft.__slots__}
+                slots["tick_version"] = -1
+                return copyreg.__newobj__, (Soft,), (None, slots)
+            return NotImplemented
+
+    state = a_state_with_work()
+    whole = durable_fingerprint(state)
+    out = io.BytesIO()
+    OlderBuild(out, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
+    loaded = decode_state(split(FORMAT_TAG + out.getvalue(), 4_096))
+    assert durable_fingerprint(loaded) == whole and loaded.soft.tick_due_ms == 0
+
+
+def test_soft_state_survives_a_copy_with_its_values() -> None:
+    import copy
+
+    from coordinator.core.state import Soft
+
+    soft = Soft(tick_due_ms=9)
+    soft.last_heard_ms["w1"] = 3
+    again = copy.deepcopy(soft)
+    assert again == soft and again.last_heard_ms is not soft.last_heard_ms

@@ -239,9 +239,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         self.client_identity = client_identity  # mTLS: the certificate must name the claimed worker
 
     def _ack(self, session: Session, seq: int, outcome: Outcome, **kw: Any) -> None:
+        self._count(outcome)
+        session.send(codec.ack_frame(seq, outcome, **kw))
+
+    def _count(self, outcome: Outcome) -> None:
         if outcome.kind == OutcomeKind.REJECTED:
             self.metrics.rejections.labels(outcome.rejection.name).inc()
-        session.send(codec.ack_frame(seq, outcome, **kw))
 
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         token, claimed = bearer(context.invocation_metadata())
@@ -571,18 +574,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             refilled = False
             acks = []
             for seq, t in zip(seqs, transitions):
-                outcome = t.outcome
-                if outcome.kind == OutcomeKind.REJECTED:
-                    self.metrics.rejections.labels(outcome.rejection.name).inc()
-                acks.append((seq, outcome))
+                acks.append((seq, t.outcome))
                 refilled = refilled or any(isinstance(e, PushAssignment) and e.worker_id == session.worker_id
                                            for e in t.effects)
             if session.batch_acks:  # every protocol that sends a ReportBatch does
+                for _, outcome in acks:
+                    self._count(outcome)
                 for frame in codec.ack_batch_frames(acks):
                     session.send(frame)
             else:
                 for seq, outcome in acks:
-                    session.send(codec.ack_frame(seq, outcome))
+                    self._ack(session, seq, outcome)
             if refilled:
                 self.metrics.slot_refill.observe(time.perf_counter() - received)
 

@@ -83,6 +83,7 @@ class Sizes:
     commit_window_s: float
     commit_groups: int
     commit_rounds: int
+    reports_cells: int  # the reports bench's run: enough for its warm-up and window above 20,000/s
     bare_window_s: float
     actor_window_s: float
     refill_workers: int
@@ -97,11 +98,13 @@ class Sizes:
 
 
 FULL = Sizes(w1_groups=2_000, w1_repeats=3, commit_clients=64, commit_window_s=8, commit_groups=30_000, commit_rounds=3,
+             reports_cells=360_000,
              bare_window_s=3, actor_window_s=5,
              refill_workers=50, refill_window_s=20, refill_hold_ms=(100, 300), refill_groups=10_000,
              idle_workers=1_000, idle_clients=4,
              idle_window_s=30, upload_bytes=64 << 20, upload_repeats=5)
 QUICK = Sizes(w1_groups=150, w1_repeats=1, commit_clients=64, commit_window_s=3, commit_groups=15_000, commit_rounds=1,
+              reports_cells=120_000,
               bare_window_s=1.5, actor_window_s=2,
               refill_workers=50, refill_window_s=4, refill_hold_ms=(100, 300), refill_groups=2_000,
               idle_workers=200, idle_clients=2,
@@ -906,7 +909,11 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
 # ---- group commit ------------------------------------------------------------------------------
 
 def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path | None, *,
-                     protocol: int = 3, slots: int = 2, cells: int = SUBJECTS) -> dict:
+                     protocol: int = 3, slots: int = 2, cells: int = SUBJECTS, total_cells: int = 0) -> dict:
+    """`total_cells`: the run's size (default `commit_groups` groups of 3 cells). The run must
+    outlast the warm-up and the window: a run that settles inside the window measures idle time
+    (the 32-cell shape did, and understated its rate by a third), so that is checked after the
+    window and reported as `ran_out`."""
     label = "default batching" if batch_max is None else f"batch_max={batch_max}"
     if protocol >= 4:
         label += f", protocol {protocol} (ReportBatch), {slots} slots per worker, {cells} cells per group"
@@ -914,9 +921,8 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
     clients = None
     try:
         workers = sz.commit_clients
-        # As many cells in all whatever the group's size: the run outlasts the window.
-        groups = max(workers * slots * 4, sz.commit_groups * SUBJECTS // cells)
-        coord.submit(noop_spec(groups, cap=workers * slots, name="commitbench", subjects=cells))
+        groups = max(workers * slots * 4, (total_cells or sz.commit_groups * SUBJECTS) // cells)
+        run_id = coord.submit(noop_spec(groups, cap=workers * slots, name="commitbench", subjects=cells))
         clients = Clients(root, coord, mode="commit", workers=workers, processes=2, slots=slots, protocol=protocol)
         coord.wait_workers(workers, START_TIMEOUT_S)
         time.sleep(1.0)  # warm-up: every slot busy, the log past its first batches
@@ -925,6 +931,8 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
                         sz.commit_window_s)
         time.sleep(sz.commit_window_s)
         c1, cpu1, ccpu1 = coord.counters(), cpu_seconds(coord.pid), clients.cpu()
+        status = next(r for r in coord.call("GetStatus", admin_pb2.GetStatusRequest()).runs if r.run_id == run_id)
+        ran_out = status.cells_selected >= status.cells_total
         prof.finish()
         out = clients.finish()
         clients = None
@@ -932,6 +940,9 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
         if clients is not None:
             clients.kill()
         coord.stop()
+    if ran_out:
+        say(f"  warning: the run's {groups * cells} cells were all selected within the window: the rate "
+            f"below counts idle time (a lower bound); give the run more cells")
     dt = c1["t"] - c0["t"]
     records, commits = c1["records"] - c0["records"], c1["commits"] - c0["commits"]
     acked = sum(1 for t in out["accepted_at"] if c0["t"] <= t <= c1["t"])
@@ -939,7 +950,8 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
     r = {"rate": records / dt, "acked_rate": acked / dt, "batch_mean": records / max(1, commits),
          "commits_per_s": commits / dt, "cpu": (cpu1 - cpu0) / dt, "record_bytes": sizes,
          "actor_busy": (c1["busy_s"] - c0["busy_s"]) / dt, "actor_append": (c1["append_s"] - c0["append_s"]) / dt,
-         "client_cpu": (ccpu1 - ccpu0) / dt, "rejected": dict(out["rejected"]), "errors": out["errors"]}
+         "client_cpu": (ccpu1 - ccpu0) / dt, "rejected": dict(out["rejected"]), "errors": out["errors"],
+         "ran_out": ran_out, "cells": groups * cells}
     say(f"  gRPC, {label}: {r['rate']:.0f} durable commands/s ({r['acked_rate']:.0f}/s accepted report acks seen "
         f"by clients), {r['commits_per_s']:.0f} commits/s, {r['batch_mean']:.1f} records/commit, coordinator "
         f"{100 * r['cpu']:.0f}% of a core (clients {100 * r['client_cpu']:.0f}%), {1e6 * r['cpu'] / max(1.0, r['acked_rate']):.0f} "
@@ -1407,8 +1419,10 @@ def table(fig: dict) -> list[str]:
     for slots, cells in ((2, SUBJECTS), (8, SUBJECTS), (2, REPORTS_LARGE_GROUP)):
         key = f"reports_p4_{slots}slots" + ("" if cells == SUBJECTS else f"_{cells}cells")
         if f"{key}_per_s" in fig:
+            ran_out = fig.get(key, {}).get("ran_out", False)  # a lower bound: the run ended in the window
             row(f"durable reports/s, 64 workers, ReportBatch, {slots} slots, {cells} cells/group",
-                f"{fig[f'{key}_per_s']:.0f}", ">= 20,000", fig[f"{key}_per_s"] >= 20_000)
+                f"{fig[f'{key}_per_s']:.0f}" + (" (run ran out)" if ran_out else ""), ">= 20,000",
+                fig[f"{key}_per_s"] >= 20_000 and not ran_out)
     if "refill_p99_ms" in fig:
         row("refill ack -> push p50", f"{fig['refill_p50_ms']:.2f} ms", "", None)
         row("refill ack -> push p99", f"{fig['refill_p99_ms']:.2f} ms", "< 20 ms", fig["refill_p99_ms"] < 20)
@@ -1435,7 +1449,8 @@ def bench_reports(sz: Sizes, root: Path, profile: Path | None) -> dict:
     say(f"Reports over gRPC: {sz.commit_clients} simulated workers of protocol 4, {sz.commit_window_s:g} s windows")
     out: dict = {}
     for slots, cells in ((2, SUBJECTS), (8, SUBJECTS), (2, REPORTS_LARGE_GROUP)):
-        r = grpc_commit_rate(sz, root / f"reports-{slots}-{cells}", None, profile, protocol=4, slots=slots, cells=cells)
+        r = grpc_commit_rate(sz, root / f"reports-{slots}-{cells}", None, profile, protocol=4, slots=slots, cells=cells,
+                             total_cells=sz.reports_cells)
         key = f"reports_p4_{slots}slots" + ("" if cells == SUBJECTS else f"_{cells}cells")
         out[f"{key}_per_s"] = r["acked_rate"]
         out[key] = r

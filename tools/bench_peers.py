@@ -1,5 +1,7 @@
 """W1 on fleet's peers, in the same run as fleet's own W1 (tools/bench_coordinator.py --only w1):
-Dask distributed, and Celery with Redis (append-only file with appendfsync always, late acks).
+Dask distributed, Celery with Redis (append-only file with appendfsync always, late acks), and
+Celery with Redis as both come (`celery-defaults`: Redis without its append-only file, tasks
+acked on receipt, prefetch 4): a task lost with a worker or the broker is then lost for good.
 
 The same workload: GROUPS x 3 cells, each cell the no-op subject and verifier of
 tools/benchdata/noopbench (tools/benchdata/peer_tasks.py), 4 worker processes with 2 group
@@ -141,7 +143,11 @@ def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], 
         sched.stop(30)
 
 
-def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None]) -> dict | None:
+def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
+                 durable: bool = True) -> dict | None:
+    """`durable`: Redis's append-only file with appendfsync always and late acks; else the
+    defaults of both (the `celery-defaults` row)."""
+    name = "celery" if durable else "celery-defaults"
     redis_server = shutil.which("redis-server")
     if importlib.util.find_spec("celery") is None or importlib.util.find_spec("redis") is None or not redis_server:
         say("  celery: skipped (pip install -e '.[bench]' and apt-get install redis-server)")
@@ -150,9 +156,10 @@ def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any]
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     os.environ["FLEET_BENCH_REDIS_URL"] = url  # read by peer_tasks in this process and the workers
+    os.environ["FLEET_BENCH_CELERY_DEFAULTS"] = "0" if durable else "1"
+    persistence = ["--appendonly", "yes", "--appendfsync", "always", "--save", ""] if durable else []
     redis = proc("redis-server", [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root),
-                                  "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-                                  "--protected-mode", "no", "--daemonize", "no"], root / "redis.log")
+                                  *persistence, "--protected-mode", "no", "--daemonize", "no"], root / "redis.log")
     workers = []
     try:
         import redis as redis_client
@@ -185,9 +192,10 @@ def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any]
             job = celery_group(app.signature("w1.cell", (g, s)) for g in range(groups) for s in range(SUBJECTS))
             return job.apply_async().get(timeout=RUN_TIMEOUT_S)
 
-        return _measure("celery", groups, repeats, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say)
+        return _measure(name, groups, repeats, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say)
     finally:
         for w in workers:
             w.stop(30)
         redis.stop(30)
         os.environ.pop("FLEET_BENCH_REDIS_URL", None)
+        os.environ.pop("FLEET_BENCH_CELERY_DEFAULTS", None)

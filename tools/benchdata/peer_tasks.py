@@ -1,7 +1,8 @@
 """W1's cell for the peer systems of tools/bench_peers.py: the same no-op subject and verifier
 as fleet's python executor runs (tools/benchdata/noopbench), called in a worker of Dask or of
 Celery. The Celery app is configured from FLEET_BENCH_REDIS_URL, with late acks (a task is
-acknowledged only after it ran) and results stored in the same Redis."""
+acknowledged only after it ran) and results stored in the same Redis; with
+FLEET_BENCH_CELERY_DEFAULTS=1, Celery's own defaults instead (acked on receipt, prefetch 4)."""
 from __future__ import annotations
 
 import os
@@ -24,9 +25,10 @@ def _celery_app():  # noqa: ANN202 - only when Celery is asked for
 
     url = os.environ.get("FLEET_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     app = Celery("fleet_bench_w1", broker=url, backend=url)
-    app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_serializer="json",
-                    result_serializer="json", accept_content=["json"], worker_hijack_root_logger=False,
-                    broker_connection_retry_on_startup=True, result_expires=3600)
+    app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
+                    worker_hijack_root_logger=False, broker_connection_retry_on_startup=True, result_expires=3600)
+    if os.environ.get("FLEET_BENCH_CELERY_DEFAULTS") != "1":
+        app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1)
     app.task(name="w1.cell")(cell)
     return app
 

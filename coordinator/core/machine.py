@@ -671,7 +671,12 @@ def _time_advanced(state: State, cmd: c.TimeAdvanced, fx: Fx) -> Outcome:
     now = cmd.now_ms
     deferred: list[tuple[int, AssignmentId]] = []
     in_grace = now < state.recovered_ms + state.recovery_grace_ms
-    while state.deadlines and state.deadlines[0][0] <= now:
+    # While no deadline can release anything (the coordinator's grace, or every run with an
+    # assignment paused or in its own grace), the heap is left alone: popping and pushing back
+    # every overdue entry at each tick cost 60 ms a tick with 40,000 assignments after a restart.
+    # The same entries are released, in the same order, once one can be.
+    due = bool(state.deadlines) and state.deadlines[0][0] <= now and _deadlines_can_release(state, now, in_grace)
+    while due and state.deadlines and state.deadlines[0][0] <= now:
         entry = heapq.heappop(state.deadlines)
         assignment = state.assignments[entry[1]]
         if not assignment.authoritative:
@@ -688,6 +693,18 @@ def _time_advanced(state: State, cmd: c.TimeAdvanced, fx: Fx) -> Outcome:
     # Popping stale entries changes no decision; only releases and dispatches bump the version.
     _fill(state, now, fx)
     return ACCEPTED
+
+
+def _deadlines_can_release(state: State, now: int, in_grace: bool) -> bool:
+    """Whether a deadline can release an assignment now: an authoritative assignment's run has
+    `active > 0`, so only those runs can, and none while paused or in a recovery grace."""
+    if in_grace:
+        return False
+    for run in state.runs.values():
+        if run.active and not run.paused and not (
+                run.recovered_ms is not None and now < run.recovered_ms + run.policy.recovery_grace_ms):
+            return True
+    return False
 
 
 # --- soft command handlers --------------------------------------------------------------------

@@ -4,6 +4,7 @@ the derived durable commands and the state that follows (the harness also checks
 invariants after every step, and most cases check that the durable log replays)."""
 from __future__ import annotations
 
+import heapq
 from dataclasses import replace
 
 import pytest
@@ -14,7 +15,7 @@ from common.evidence import Execution, Usage, Verification
 from common.ids import AssignmentId, WorkerId, attempt_id_for, run_id_for
 from common.rejections import Rejection
 from coordinator.core import commands as c
-from coordinator.core import push_for, step
+from coordinator.core import machine, push_for, step
 from coordinator.core.effects import ACCEPTED, DUPLICATE, LATE, NotifyRunState, OutcomeKind, RevokeAssignment
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import GroupStatus, WorkerStatus
@@ -1022,6 +1023,46 @@ def test_the_recovery_grace_holds_expiry_and_deadlines_off():
     assert c.WorkerExpired(recovered_at + RECOVERY_GRACE_MS, WorkerId("w1")) in t.durable
     assert not k.state.assignments[p0.assignment_id].authoritative
     assert not k.state.assignments[p1.assignment_id].authoritative, "the deadline fires once the grace ends"
+    k.assert_replays()
+
+
+@pytest.mark.parametrize("hold", ["coordinator recovered", "run paused", "run recovered"])
+def test_overdue_deadlines_that_cannot_release_are_left_in_the_heap_until_they_can(hold, monkeypatch):
+    # At a million cells a restart left 40,000 overdue deadlines that every tick of the grace
+    # popped and pushed back (60 ms a tick). While none can release, the heap is not touched;
+    # once one can, each fires as before.
+    k = Core(make_spec(tasks=40, subjects=1, cap=40), make_policy(group_deadline_ms=RECOVERY_GRACE_MS // 4))
+    aids = [p.assignment_id for i in range(40) for p in pushes(k.register(f"w{i:02d}"))]
+    assert len(aids) == 40
+    alive = tuple(f"w{i:02d}" for i in range(40))
+    {"coordinator recovered": k.coordinator_recovered, "run paused": k.pause, "run recovered": k.recover}[hold]()
+    if hold == "coordinator recovered":
+        for wid, aid in zip(alive, aids):
+            k.register(wid, owned=(aid,))
+    if hold == "run recovered":
+        k.pause()
+        k.recover()
+    pops = []
+
+    class CountingHeapq:  # machine's heapq, counting the pops of the deadlines heap
+        def __getattr__(self, name):
+            return getattr(heapq, name)
+
+        @staticmethod
+        def heappop(h):
+            pops.append(h is k.state.deadlines)
+            return heapq.heappop(h)
+
+    monkeypatch.setattr(machine, "heapq", CountingHeapq())
+    k.clock(k.now + RECOVERY_GRACE_MS // 2, alive=alive)
+    assert k.state.deadlines[0][0] < k.now and len(k.state.deadlines) == 40, "every deadline is overdue"
+    assert not any(pops), f"{sum(pops)} pops of deadlines that could not release"
+    assert all(k.state.assignments[a].authoritative for a in aids)
+    if hold == "run paused":
+        k.recover()
+    k.clock(k.now + RECOVERY_GRACE_MS, alive=alive)
+    assert not any(k.state.assignments[a].authoritative for a in aids), "the deadlines fire once they can"
+    assert any(pops)
     k.assert_replays()
 
 

@@ -1,6 +1,9 @@
 """The actor: one thread owns the core state and the write-ahead store.
 
 Order, fixed, for every batch of requests taken from the queue:
+  0. gather: a command that meets a busy actor (its last commit ended less than
+     ACTOR_GATHER_AFTER_MS ago) waits ACTOR_GATHER_WAIT_MS for the commands behind it, so
+     that they share one commit; an isolated one, a query or a chore does not wait;
   1. decode: callers hand in requests that build their command from `now_ms` (the actor's
      clock, so that time in the log never goes backwards);
   2. step: each command goes through the pure core, in queue order;
@@ -43,6 +46,8 @@ from typing import Any
 import structlog
 
 from common.limits import (
+    ACTOR_GATHER_AFTER_MS,
+    ACTOR_GATHER_WAIT_MS,
     ACTOR_QUEUE_COMMANDS_MAX,
     COMMIT_BATCH_COMMANDS_MAX,
     COMPACT_STEP_KEYS_MAX,
@@ -201,7 +206,10 @@ class Actor:
                  last_now_ms: int = 0,
                  snapshot_in_child: bool = hasattr(os, "posix_spawn"),
                  snapshot_part_bytes: int = SNAPSHOT_PART_BYTES,
-                 on_snapshot: Callable[[dict], None] | None = None) -> None:
+                 on_snapshot: Callable[[dict], None] | None = None,
+                 gather_ms: float = ACTOR_GATHER_WAIT_MS,
+                 gather_after_ms: float = ACTOR_GATHER_AFTER_MS,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._store = store
         self._state = state
         self._index = index
@@ -223,6 +231,11 @@ class Actor:
         self._snapshot_pending: int | None = None  # index of the snapshot a child is encoding
         self._snapshot_failures = 0  # snapshot processes failed in a row
         self._on_snapshot = on_snapshot  # timings of each snapshot, for benchmarks
+        self._gather_s = gather_ms / 1000  # 0: never wait for more
+        self._gather_after_s = gather_after_ms / 1000
+        self._sleep = sleep
+        self._busy_until = 0.0  # perf_counter before which a command meets a busy actor
+        self.gathers = 0  # waits for more commands (for benchmarks and tests)
         self.commits = 0  # batches committed (for benchmarks and metrics)
         self.records = 0
         self.last_now_ms = 0
@@ -299,6 +312,12 @@ class Actor:
             if first is None:
                 self._drain_and_close()
                 return
+            if (self._gather_s and first.chore is None and first.query is None
+                    and time.perf_counter() < self._busy_until):
+                # Gather: sleep, not wait on the queue, which would wake this thread (and make
+                # it contend for the GIL) once per command that arrives meanwhile.
+                self.gathers += 1
+                self._sleep(self._gather_s)
             batch = [first]
             while len(batch) < self._batch_max:
                 try:
@@ -383,6 +402,7 @@ class Actor:
         if records:
             started = time.perf_counter()
             self._store.append(records)  # durable from here on; StorageError is fail-stop
+            self._busy_until = time.perf_counter() + self._gather_after_s
             self.commits += 1
             self.records += len(records)
             if self._on_commit is not None:

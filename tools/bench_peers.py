@@ -17,7 +17,6 @@ every process started here and stopped by its pid.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 import shutil
@@ -175,8 +174,9 @@ def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any]
                 time.sleep(0.1)
         import tools.benchdata.peer_tasks as peer_tasks
 
-        peer_tasks = importlib.reload(peer_tasks)  # configured from the URL set above
-        app = peer_tasks.app
+        # An app configured from the URL and mode set above; the same task function each time,
+        # so a second app (celery-defaults after celery) registers no conflicting callable.
+        app = peer_tasks._celery_app()
         for i in range(WORKERS):
             workers.append(proc(f"celery worker {i}", [
                 PY, "-m", "celery", "-A", "tools.benchdata.peer_tasks", "worker", "--pool", "threads",

@@ -67,7 +67,8 @@ COMMIT_BATCH_COMMANDS_MAX = 512
 # ACTOR_GATHER_AFTER_MS ago, the actor waits ACTOR_GATHER_WAIT_MS after a command arrives for
 # the ones behind it, so that they share the commit (two fdatasyncs and a transaction, the
 # largest share of the actor's CPU per command). In W1 (8 groups in flight) that took a
-# third of the commits away and 12% of the coordinator's CPU per cell, at the cost of 1 ms on
+# third of the commits away and 7-11% of the coordinator's CPU per cell (median, and median of
+# the paired ratios, of 6 alternating runs: docs/benchmarks.md), at the cost of up to 1 ms on
 # the ack of a command that meets a busy actor; an isolated command is not held.
 ACTOR_GATHER_WAIT_MS = 1
 ACTOR_GATHER_AFTER_MS = 5

@@ -6,9 +6,10 @@ NAME is one of:
   w1      2,000 groups x 3 no-op python-executor cells on 4 `fleet-worker` processes x 2 slots,
           coordinator and workers on this machine, every cell durably committed: cells/s from
           SubmitRun to the run's completion and CPU per 1,000 cells per role; then the same
-          workload on Dask distributed and on Celery+Redis (late acks, appendfsync always),
-          run here in the same run by tools/bench_peers.py (`pip install -e '.[bench]'`,
-          `apt-get install redis-server`), and the ratios.
+          workload on Dask distributed, on Celery+Redis (late acks, appendfsync always) and on
+          Celery+Redis as both come (celery-defaults: shown, not a target), run here in the
+          same run by tools/bench_peers.py (`pip install -e '.[bench]'`, `apt-get install
+          redis-server`), and the ratios.
   commit  durable commands/s with 64 simulated workers (raw `Coordinator.Session` clients in 2
           processes: hello, welcome, pushes, cell reports, acks, group finished) against the
           same coordinator with batching off (`Actor(batch_max=1)`: one LMDB transaction per
@@ -23,7 +24,8 @@ NAME is one of:
           keepalive pings, a heartbeat only at the idle interval): coordinator CPU share
           (utime+stime from /proc/PID/stat) and VmRSS.
   reports durable reports/s from 64 simulated workers of protocol 4 (a group's reports in one
-          ReportBatch), with 2 and with 8 slots per worker.
+          ReportBatch): 3-cell groups with 2 and with 8 slots per worker, 32-cell groups with
+          2; each run has 360,000 cells so that it outlasts the window (checked after it).
   upload  MB/s of a 64 MiB artifact uploaded in 1 MiB chunks through a session (8 chunks in
           flight, as the worker does), against SHA-256 plus write-and-fsync of the same bytes.
 

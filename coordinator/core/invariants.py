@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.evidence import is_selectable
-from coordinator.core.state import GroupState, GroupStatus, State, WorkerStatus
+from coordinator.core.state import AttemptState, GroupState, GroupStatus, State, WorkerStatus
 from coordinator.core.summary import walk_cell_counts
 
 
@@ -108,6 +108,7 @@ class Monitor:
     selected: dict[tuple[str, str], str] = field(default_factory=dict)  # (run, cell) -> attempt
     attempts_seen: dict[str, str] = field(default_factory=dict)
     dispatch_pin: dict[str, object] = field(default_factory=dict)  # attempt -> its run's pin then
+    last_pin: dict[str, object] = field(default_factory=dict)  # run -> its pin at the last observation
 
     def observe(self, state: State) -> list[str]:
         bad = check(state)
@@ -130,14 +131,24 @@ class Monitor:
                 fit = state.workers[t.worker_id].fits.get(t.run_id)
                 if fit is None or fit.differences:
                     bad.append(f"attempt {tid} dispatched to {t.worker_id}, which has not measured the run to match")
-                elif run.pin != fit.components:
+                elif run.pin != fit.components and not self._pin_released_after(state, t, fit.components):
                     bad.append(f"attempt {tid} dispatched to {t.worker_id}, whose environment is not the run's pin")
                 self.dispatch_pin[tid] = run.pin
         for run in state.runs.values():
             pins = {repr(self.dispatch_pin.get(cell.selected)) for cell in run.cells.values() if cell.selected}
             if len(pins) > 1 or (pins and pins != {repr(run.pin)}):
                 bad.append(f"run {run.run_id} selected results dispatched under {len(pins)} environments")
+            self.last_pin[run.run_id] = run.pin
         return bad
+
+    def _pin_released_after(self, state: State, attempt: AttemptState, components: object) -> bool:
+        """A dispatch of this step whose pin the same step released (one tick can expire the
+        pinning worker, redispatch to another of its build, expire that one and release the pin):
+        its run is unpinned, its assignment already ended (a pin is released only with no group
+        running), and the pin before this step was the worker's environment or none."""
+        return (state.runs[attempt.run_id].pin is None
+                and not state.assignments[attempt.assignment_id].authoritative
+                and self.last_pin.get(attempt.run_id) in (None, components))
 
 
 def group_status_problems(group: GroupState, pending: int) -> list[str]:

@@ -4,6 +4,8 @@ dispatch and released when its worker is gone and nothing depends on it; two run
 benchmarks are each served only by their own workers. Every case also replays its log."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from common.identity import cell_environment_id
@@ -112,6 +114,39 @@ def test_a_stale_worker_that_pinned_and_died_releases_the_pin_and_the_right_buil
     k.drive_to_completion()
     assert all(k.state.attempts[cell.selected].worker_id == "good" for cell in k.run.cells.values())
     k.assert_replays()
+
+
+def test_a_dispatch_whose_pin_is_released_in_the_same_tick_is_no_environment_violation() -> None:
+    # Found by the stateful property test: one tick expires the pinning worker, redispatches its
+    # group to a worker of the same build, expires that one too and releases the pin. The
+    # dispatch matched the pin of its moment; the monitor must judge it against that pin, not
+    # against the empty pin at the end of the step.
+    k = Core(make_spec(tasks=1, subjects=1, cap=1), make_policy(required_environment_id=""))
+    k.register("w1", environment=PY311)
+    k.register("w2", environment=PY311)
+    assert k.held("w1") and k.run.pinned_by == "w1"
+    t = k.tick(EXPIRE_MS)  # neither heartbeats: both expire in this one tick
+    assert durable_types(t).count("WorkerExpired") == 2 and "RunPinReleased" in durable_types(t)
+    assert [p.worker_id for p in pushes(t)] == ["w2"] and k.run.pin is None
+    k.assert_replays()
+
+
+@pytest.mark.parametrize("released", [False, True])
+def test_the_monitor_catches_a_dispatch_to_another_build_even_when_the_pin_is_released_after(released) -> None:
+    # The other side of the case above: a dispatch in this step to a worker of another build
+    # than the pin of its moment is a violation, whether or not the pin is gone by the step's end.
+    k = Core(make_spec(tasks=1, subjects=1, cap=1), make_policy(required_environment_id=""))
+    k.measurements["w2"] = {"tool:solve": "digest-tool-OLD"}
+    k.register("w1", environment=PY311)
+    k.register("w2", environment=PY311)
+    (a1,) = k.state.attempts.values()
+    planted = replace(a1, attempt_id=a1.attempt_id + "-planted", worker_id=WorkerId("w2"))
+    k.state.attempts[planted.attempt_id] = planted
+    if released:
+        k.state.runs[k.run_id].pin = None
+        k.state.assignments[a1.assignment_id].authoritative = False
+    bad = k.monitor.observe(k.state)
+    assert f"attempt {planted.attempt_id} dispatched to w2, whose environment is not the run's pin" in bad
 
 
 def test_a_pin_that_a_selected_result_depends_on_is_kept() -> None:

@@ -212,6 +212,7 @@ class Profiler:
     """py-spy sampling one pid for a window (nothing when py-spy is missing or no dir given)."""
 
     gil = False
+    rate = 97  # samples a second (--profile-rate)
 
     def __init__(self, out_dir: Path | None, name: str, pid: int, seconds: float) -> None:
         self.proc: Proc | None = None
@@ -231,7 +232,7 @@ class Profiler:
                              out_dir / f"{name}.perf.log")
         self.path = out_dir / f"{name}.collapsed.txt"
         self.proc = Proc(f"py-spy {name}", [exe, "record", "--pid", str(pid), "--duration", str(int(seconds) or 1),
-                                           "--rate", "97", "--format", "raw", "--threads", "--nonblocking",
+                                           "--rate", str(self.rate), "--format", "raw", "--threads", "--nonblocking",
                                            *(["--gil"] if self.gil else []), "--output", str(self.path)],
                          out_dir / f"{name}.py-spy.log")
 
@@ -1484,6 +1485,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, help="py-spy the coordinator during each window into this dir")
     ap.add_argument("--profile-gil", action="store_true", help="with --profile: sample only the thread holding "
                     "the GIL (CPU spent in Python), not every running thread")
+    ap.add_argument("--profile-rate", type=int, default=97, help="with --profile: py-spy samples a second "
+                    "(997 for a W1 run of a few seconds; the default disturbs the run least)")
     ap.add_argument("--switch-interval-ms", type=float, default=0.0,
                     help="commit only: run its coordinators with sys.setswitchinterval(MS) (default: Python's 5 ms)")
     ap.add_argument("--cprofile", type=Path, help="cProfile (thread CPU time) the coordinator's event loop and actor "
@@ -1501,6 +1504,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.w1_repeats:
         sz = dataclasses.replace(sz, w1_repeats=a.w1_repeats)
     Profiler.gil = a.profile_gil
+    Profiler.rate = a.profile_rate
     W1_SYSTEMS[:] = [n.strip() for n in a.w1_systems.split(",")]
     Coordinator.switch_interval_ms = a.switch_interval_ms
     Coordinator.cprofile = a.cprofile

@@ -61,6 +61,9 @@ REPORT_BATCH_BYTES_MAX = (8 << 20) // 2
 OUTBOX_GROUP_COMMIT_WAIT_MS = 1
 OUTBOX_GROUP_COMMIT_OPS_MAX = 512
 UPLOADS_IN_FLIGHT_MAX = 4
+# Threads of a worker's python executor (worker/executor/pyfunc.py): one per cell running
+# at once, started as needed; a subject that never returns keeps its thread for good.
+CELL_THREADS_MAX = 256
 ACTOR_QUEUE_COMMANDS_MAX = 10_000
 COMMIT_BATCH_COMMANDS_MAX = 512
 # Group commit of the coordinator's actor under load: when its last commit ended less than

@@ -267,3 +267,32 @@ def test_an_attempts_dir_is_built_once_for_the_executor_and_the_session(tmp_path
     assert AttemptDirs.of(root, "run-1:add/r2/s1:a1").root is first.root
     assert AttemptDirs.of(root, "run-1:add/r2/s1:a2").root != first.root
     assert AttemptDirs.of(tmp_path / "other", "run-1:add/r2/s1:a1").root.parent == tmp_path / "other"
+
+
+def test_cell_threads_start_only_when_none_is_idle_and_hand_back_values_and_exceptions() -> None:
+    import threading
+
+    from worker.executor.pyfunc import _CellThreads
+
+    def boom() -> None:
+        raise SystemExit("a callable's SystemExit reaches the loop as the future's exception")
+
+    async def main() -> None:
+        threads = _CellThreads(threads_max=3)
+        assert await threads.run(lambda a, b: a + b, 2, 3) == 5
+        with pytest.raises(SystemExit):
+            await threads.run(boom)
+        for _ in range(20):  # one after another: the one idle thread takes each
+            await threads.run(time.sleep, 0)
+        assert threads._threads == 1
+        gate = threading.Event()
+        held = [threads.run(gate.wait, 5) for _ in range(5)]  # five at once, three threads at most
+        await asyncio.sleep(0.2)
+        assert threads._threads == 3
+        assert sum(f.done() for f in held) == 0
+        held[0].cancel()  # the loop stops waiting; the thread's late result is dropped
+        gate.set()
+        assert await asyncio.gather(*held[1:]) == [True] * 4
+        assert threads._threads == 3
+
+    asyncio.run(main())

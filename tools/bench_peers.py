@@ -83,7 +83,8 @@ def _check(values: list[dict], groups: int, name: str) -> None:
 
 
 def _measure(name: str, groups: int, repeats: int, coord_pids: Callable[[], list[int]],
-             worker_pids: Callable[[], list[int]], run_once: Callable[[], list[dict]], say: Callable[[str], None]) -> dict:
+             worker_pids: Callable[[], list[int]], run_once: Callable[[], list[dict]], say: Callable[[str], None],
+             first: int = 1) -> dict:
     rates, ck, wk = [], [], []
     cells = groups * SUBJECTS
     for rep in range(repeats):
@@ -96,13 +97,15 @@ def _measure(name: str, groups: int, repeats: int, coord_pids: Callable[[], list
         rates.append(cells / elapsed)
         ck.append((c1 - c0) / cells * 1000)
         wk.append((w1 - w0) / cells * 1000)
-        say(f"  {name} run {rep + 1}: {cells} cells in {elapsed:.2f} s = {rates[-1]:.0f} cells/s (CPU per 1,000 "
+        say(f"  {name} run {first + rep}: {cells} cells in {elapsed:.2f} s = {rates[-1]:.0f} cells/s (CPU per 1,000 "
             f"cells: {'scheduler' if name == 'dask' else 'broker'} {ck[-1]:.2f} s, workers {wk[-1]:.2f} s)")
     return {"cells_per_s": statistics.median(rates), "runs": rates, "coordinator_cpu_s_per_1000": statistics.median(ck),
             "workers_cpu_s_per_1000": statistics.median(wk)}
 
 
-def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None]) -> dict | None:
+def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
+               first: int = 1) -> dict | None:
+    """`first`: the number the first run is printed with (a W1 round of bench_coordinator)."""
     if importlib.util.find_spec("distributed") is None:
         say("  dask: skipped (pip install -e '.[bench]')")
         return None
@@ -135,7 +138,8 @@ def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], 
                 futures = client.map(cell, gs, ss, pure=False)
                 return client.gather(futures)
 
-            return _measure("dask", groups, repeats, lambda: [sched.pid], lambda: [w.pid for w in workers], run_once, say)
+            return _measure("dask", groups, repeats, lambda: [sched.pid], lambda: [w.pid for w in workers], run_once, say,
+                            first)
     finally:
         for w in workers:
             w.stop(30)
@@ -143,9 +147,9 @@ def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], 
 
 
 def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
-                 durable: bool = True) -> dict | None:
+                 durable: bool = True, first: int = 1) -> dict | None:
     """`durable`: Redis's append-only file with appendfsync always and late acks; else the
-    defaults of both (the `celery-defaults` row)."""
+    defaults of both (the `celery-defaults` row). `first` as for bench_dask."""
     name = "celery" if durable else "celery-defaults"
     redis_server = shutil.which("redis-server")
     if importlib.util.find_spec("celery") is None or importlib.util.find_spec("redis") is None or not redis_server:
@@ -192,7 +196,8 @@ def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any]
             job = celery_group(app.signature("w1.cell", (g, s)) for g in range(groups) for s in range(SUBJECTS))
             return job.apply_async().get(timeout=RUN_TIMEOUT_S)
 
-        return _measure(name, groups, repeats, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say)
+        return _measure(name, groups, repeats, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say,
+                        first)
     finally:
         for w in workers:
             w.stop(30)

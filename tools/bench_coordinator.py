@@ -907,7 +907,7 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
     for rep in range(sz.w1_repeats):
         fleet.append(_w1_fleet_once(sz, root, profile, rep))
         for name, bench in peer_benches:
-            got = bench(sz.w1_groups, 1, root / f"w1-{name}-{rep}", Proc, say, first=rep + 1)
+            got = bench(sz.w1_groups, rep + 1, root / f"w1-{name}-{rep}", Proc, say)
             if got is not None:
                 rounds[name].append(got)
     keys = ("cells_per_s", "coordinator_cpu_s_per_1000", "workers_cpu_s_per_1000")
@@ -1439,11 +1439,10 @@ def table(fig: dict) -> list[str]:
                 f"{p['cells_per_s']:.0f}; {p['coordinator_cpu_s_per_1000']:.2f} s, {p['workers_cpu_s_per_1000']:.2f} s",
                 "—", None)
             row(f"W1 fleet / {name} cells/s", f"{fig['w1_cells_per_s'] / p['cells_per_s']:.2f}x", "—", None)
-            if "paired_ratios" in p:
-                pr = {k: statistics.median(v) for k, v in p["paired_ratios"].items()}
-                row(f"W1 fleet / {name}, median of the rounds: cells/s; CPU coord, workers",
-                    f"{pr['cells_per_s']:.2f}x; {pr['coordinator_cpu_s_per_1000']:.2f}x, "
-                    f"{pr['workers_cpu_s_per_1000']:.2f}x", "—", None)
+            pr = {k: statistics.median(v) for k, v in p["paired_ratios"].items()}
+            row(f"W1 fleet / {name}, median of the rounds: cells/s; CPU coord, workers",
+                f"{pr['cells_per_s']:.2f}x; {pr['coordinator_cpu_s_per_1000']:.2f}x, "
+                f"{pr['workers_cpu_s_per_1000']:.2f}x", "—", None)
     if "commit_batched_per_s" in fig:
         row("durable cmds/s, gRPC, group commit", f"{fig['commit_batched_per_s']:.0f}", "", None)
         row("durable cmds/s, gRPC, batch_max=1", f"{fig['commit_unbatched_per_s']:.0f}", "", None)

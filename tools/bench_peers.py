@@ -21,7 +21,6 @@ import importlib.util
 import os
 import shutil
 import socket
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -82,30 +81,26 @@ def _check(values: list[dict], groups: int, name: str) -> None:
         raise RuntimeError(f"{name}: {good} of {cells} cells with score 1 ({len(seen)} distinct)")
 
 
-def _measure(name: str, groups: int, repeats: int, coord_pids: Callable[[], list[int]],
-             worker_pids: Callable[[], list[int]], run_once: Callable[[], list[dict]], say: Callable[[str], None],
-             first: int = 1) -> dict:
-    rates, ck, wk = [], [], []
+def _measure(name: str, groups: int, number: int, coord_pids: Callable[[], list[int]],
+             worker_pids: Callable[[], list[int]], run_once: Callable[[], list[dict]], say: Callable[[str], None]) -> dict:
+    """One run, printed as run `number` (its round in bench_coordinator's W1)."""
     cells = groups * SUBJECTS
-    for rep in range(repeats):
-        c0, w0 = tree_cpu(coord_pids()), tree_cpu(worker_pids())
-        t0 = time.monotonic()
-        values = run_once()
-        elapsed = time.monotonic() - t0
-        c1, w1 = tree_cpu(coord_pids()), tree_cpu(worker_pids())
-        _check(values, groups, name)
-        rates.append(cells / elapsed)
-        ck.append((c1 - c0) / cells * 1000)
-        wk.append((w1 - w0) / cells * 1000)
-        say(f"  {name} run {first + rep}: {cells} cells in {elapsed:.2f} s = {rates[-1]:.0f} cells/s (CPU per 1,000 "
-            f"cells: {'scheduler' if name == 'dask' else 'broker'} {ck[-1]:.2f} s, workers {wk[-1]:.2f} s)")
-    return {"cells_per_s": statistics.median(rates), "runs": rates, "coordinator_cpu_s_per_1000": statistics.median(ck),
-            "workers_cpu_s_per_1000": statistics.median(wk)}
+    c0, w0 = tree_cpu(coord_pids()), tree_cpu(worker_pids())
+    t0 = time.monotonic()
+    values = run_once()
+    elapsed = time.monotonic() - t0
+    c1, w1 = tree_cpu(coord_pids()), tree_cpu(worker_pids())
+    _check(values, groups, name)
+    got = {"cells_per_s": cells / elapsed, "coordinator_cpu_s_per_1000": (c1 - c0) / cells * 1000,
+           "workers_cpu_s_per_1000": (w1 - w0) / cells * 1000}
+    say(f"  {name} run {number}: {cells} cells in {elapsed:.2f} s = {got['cells_per_s']:.0f} cells/s (CPU per 1,000 "
+        f"cells: {'scheduler' if name == 'dask' else 'broker'} {got['coordinator_cpu_s_per_1000']:.2f} s, "
+        f"workers {got['workers_cpu_s_per_1000']:.2f} s)")
+    return got
 
 
-def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
-               first: int = 1) -> dict | None:
-    """`first`: the number the first run is printed with (a W1 round of bench_coordinator)."""
+def bench_dask(groups: int, number: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None]) -> dict | None:
+    """One W1 run on a fresh scheduler and workers, printed as run `number`."""
     if importlib.util.find_spec("distributed") is None:
         say("  dask: skipped (pip install -e '.[bench]')")
         return None
@@ -138,18 +133,17 @@ def bench_dask(groups: int, repeats: int, root: Path, proc: Callable[..., Any], 
                 futures = client.map(cell, gs, ss, pure=False)
                 return client.gather(futures)
 
-            return _measure("dask", groups, repeats, lambda: [sched.pid], lambda: [w.pid for w in workers], run_once, say,
-                            first)
+            return _measure("dask", groups, number, lambda: [sched.pid], lambda: [w.pid for w in workers], run_once, say)
     finally:
         for w in workers:
             w.stop(30)
         sched.stop(30)
 
 
-def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
-                 durable: bool = True, first: int = 1) -> dict | None:
-    """`durable`: Redis's append-only file with appendfsync always and late acks; else the
-    defaults of both (the `celery-defaults` row). `first` as for bench_dask."""
+def bench_celery(groups: int, number: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
+                 durable: bool = True) -> dict | None:
+    """One W1 run, as bench_dask. `durable`: Redis's append-only file with appendfsync always and
+    late acks; else the defaults of both (the `celery-defaults` row)."""
     name = "celery" if durable else "celery-defaults"
     redis_server = shutil.which("redis-server")
     if importlib.util.find_spec("celery") is None or importlib.util.find_spec("redis") is None or not redis_server:
@@ -196,8 +190,7 @@ def bench_celery(groups: int, repeats: int, root: Path, proc: Callable[..., Any]
             job = celery_group(app.signature("w1.cell", (g, s)) for g in range(groups) for s in range(SUBJECTS))
             return job.apply_async().get(timeout=RUN_TIMEOUT_S)
 
-        return _measure(name, groups, repeats, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say,
-                        first)
+        return _measure(name, groups, number, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say)
     finally:
         for w in workers:
             w.stop(30)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,8 @@ def make_job(tmp_path: Path, subject: dict[str, Any] | None = None, verifier: di
 
 def run_timed(job: CellJob, cancel_after_s: float | None = None,
               cancel_type: type[asyncio.Event] = CancelEvent) -> tuple[CellOutcome, float]:
-    """The outcome and how long `run` took. Timed inside the loop: asyncio.run itself waits
-    for a timed-out subject's thread at shutdown, which a long-lived worker loop never does.
+    """The outcome and how long `run` took, timed inside the loop (a timed-out subject's
+    thread runs on past it: the test below checks that it does not hold the process's exit).
     The cancel is the session's CancelEvent unless a test asks for a plain asyncio.Event (the
     executor protocol's type, which other callers may pass)."""
     async def go() -> tuple[CellOutcome, float]:
@@ -296,3 +298,22 @@ def test_cell_threads_start_only_when_none_is_idle_and_hand_back_values_and_exce
         assert threads._threads == 3
 
     asyncio.run(main())
+
+
+def test_a_subject_that_never_returns_does_not_hold_the_process_exit(tmp_path: Path) -> None:
+    # asyncio's default executor, which ran cells before, is joined when asyncio.run ends:
+    # a worker whose subject timed out could not exit. The cell threads are daemons.
+    code = (
+        "import asyncio, pathlib\n"
+        "from tests.unit.test_python_executor import make_job\n"
+        "from worker.executor.base import CancelEvent\n"
+        "from worker.executor.pyfunc import PythonExecutor\n"
+        f"job = make_job(pathlib.Path({str(tmp_path)!r}), {{'params': {{'mode': 'sleep', 'seconds': 3600}}}}, timeout_s=1)\n"
+        "out = asyncio.run(PythonExecutor().run(job, CancelEvent()))\n"
+        "print(out.report.execution.name)\n")
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "SUBJECT_FAILED"
+    assert time.monotonic() - t0 < 30, "the process waited for the subject's thread"

@@ -134,12 +134,12 @@ async def _load(bench_root: Path, target: str) -> Callable[..., Any] | str:
 
 class _CellThreads:
     """The threads that run subjects and verifiers: each call claims an idle thread, or
-    starts one up to `threads_max` (past it, calls wait in the queue); each thread hands
-    its result to the loop with one call_soon_threadsafe. asyncio's default executor costs more per hop (a semaphore in
-    Python, a concurrent Future with its condition and callbacks, then a second future on
-    the loop): 120 against 84 us of CPU per no-op hop on a 2-core VM, where a no-op cell
-    costs about 2 ms in all. Threads are daemons: one a timed-out subject never leaves does
-    not hold the worker's exit."""
+    starts one up to `threads_max` (past it, calls wait in the queue); each thread hands its
+    result to the loop with one call_soon_threadsafe. asyncio's default executor costs more
+    per hop (a semaphore in Python, a concurrent Future with its condition and callbacks,
+    then a second future on the loop): `python -m tools.bench_hops` measures both. Threads
+    are daemons: one that a timed-out subject never leaves does not hold the worker's exit
+    (asyncio.run would wait for the default executor's threads at its end)."""
 
     def __init__(self, threads_max: int) -> None:
         self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[..., Any],
@@ -157,11 +157,12 @@ class _CellThreads:
             start = self._idle == 0 and self._threads < self._threads_max
             if start:
                 self._threads += 1
+                name = f"cell-{self._threads}"
             elif self._idle:
                 self._idle -= 1
         self._queue.put((loop, fut, fn, args))
         if start:
-            threading.Thread(target=self._main, name=f"cell-{self._threads}", daemon=True).start()
+            threading.Thread(target=self._main, name=name, daemon=True).start()
         return fut
 
     def _main(self) -> None:

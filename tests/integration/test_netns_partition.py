@@ -206,9 +206,13 @@ def test_partitioned_worker_expires_and_its_late_reports_are_kept_not_selected(t
         superseded = {r["subject"] for r in coord
                       if r.get("event") == "assignment_superseded" and r.get("detail") == "worker expired"}
         late_kept = events(coord, "late_report", "subject")
-        w1_assignments = events(log_records(w1.log_path), "assignment received", "assignment")
+        w2_assignments = events(log_records(cluster.workers["w2"].log_path), "assignment received", "assignment")
         assert held_at_cut <= superseded, f"groups w1 held at the cut not superseded: {held_at_cut - superseded}"
-        assert superseded <= w1_assignments, "an assignment of the undisturbed worker expired"
+        # Judged by w2's own log, not by w1's: a push to w1 that the cut swallowed is superseded
+        # with w1 but never reached w1's log (one CI run in five on a loaded VM).
+        assert not superseded & w2_assignments, "an assignment of the undisturbed worker expired"
+        expired = events(log_records(cluster.coordinator.log_path), "worker_expired", "subject")
+        assert "w1" in expired and "w2" not in expired, f"expired: {expired}"
         assert not late_kept & selected.keys(), "a late report was selected"
         for attempt, (wid, assignment) in buffered_by.items():
             if assignment in superseded:

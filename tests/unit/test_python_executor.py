@@ -296,6 +296,15 @@ def test_cell_threads_start_only_when_none_is_idle_and_hand_back_values_and_exce
         gate.set()
         assert await asyncio.gather(*held[1:]) == [True] * 4
         assert threads._threads == 3
+        # The two calls that queued past the cap were counted: once all five are back, three
+        # threads are idle, no more and no fewer, and three calls at once start none.
+        for _ in range(500):
+            if threads._idle == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert threads._idle == 3
+        assert await asyncio.gather(*(threads.run(time.sleep, 0.05) for _ in range(3))) == [None] * 3
+        assert threads._threads == 3
 
     asyncio.run(main())
 

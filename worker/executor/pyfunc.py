@@ -154,11 +154,11 @@ class _CellThreads:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         with self._lock:  # claim an idle thread for this call, or start one
-            start = self._idle == 0 and self._threads < self._threads_max
+            start = self._idle <= 0 and self._threads < self._threads_max
             if start:
                 self._threads += 1
                 name = f"cell-{self._threads}"
-            elif self._idle:
+            else:  # below zero: calls wait in the queue for the next thread that comes back
                 self._idle -= 1
         self._queue.put((loop, fut, fn, args))
         if start:
@@ -172,13 +172,15 @@ class _CellThreads:
                 outcome: tuple[bool, Any] = (True, fn(*args))
             except BaseException as e:  # noqa: BLE001 - handed to the loop, never lost here
                 outcome = (False, e)
+            # Idle before the loop hears of the result: a caller it wakes, which calls again
+            # at once, claims this thread rather than starting another.
+            with self._lock:
+                self._idle += 1
             try:
                 loop.call_soon_threadsafe(_settle, fut, outcome)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits for this any more
             del loop, fut, fn, args, outcome
-            with self._lock:
-                self._idle += 1
 
 
 def _settle(fut: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:

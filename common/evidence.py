@@ -12,6 +12,7 @@ import enum
 import math
 from dataclasses import dataclass
 
+from common.fastinit import fast_init_all
 from common.fastpickle import fast_pickle
 from common.ids import Digest, is_digest
 from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, SCORE_ABS_MAX
@@ -111,18 +112,20 @@ def expected_status(r: Report) -> Status:
     return Status.INDETERMINATE
 
 
+_ENUM_FIELDS = (("status", Status), ("execution", Execution), ("verification", Verification), ("usage", Usage),
+                ("cleanup", Cleanup))
+
+
 def evidence_problem(r: Report) -> str:
-    """Empty when the report is well formed; otherwise what is wrong with it, in one line."""
-    for name, enum_type in (
-        ("status", Status),
-        ("execution", Execution),
-        ("verification", Verification),
-        ("usage", Usage),
-        ("cleanup", Cleanup),
-    ):
-        value = getattr(r, name)
-        if not isinstance(value, enum_type) or value == 0:
-            return f"{name} is unspecified"
+    """Empty when the report is well formed; otherwise what is wrong with it, in one line.
+    Once per report received and replayed: the common case is checked first, in one go."""
+    if not (type(r.status) is Status and type(r.execution) is Execution and type(r.verification) is Verification
+            and type(r.usage) is Usage and type(r.cleanup) is Cleanup
+            and r.status and r.execution and r.verification and r.usage and r.cleanup):
+        for name, enum_type in _ENUM_FIELDS:
+            value = getattr(r, name)
+            if not isinstance(value, enum_type) or value == 0:
+                return f"{name} is unspecified"
     if r.verification == Verification.VALID:
         if r.score is None:
             return "valid verification without a score"
@@ -138,6 +141,10 @@ def evidence_problem(r: Report) -> str:
         return "cost_usd is negative or not finite"
     if r.usage == Usage.COMPLETE and r.cost_usd is None:
         return "complete usage without a cost"
+    if len(r.environment_failure) > ID_CHARS_MAX:
+        return "environment failure reason too long"
+    if not r.artifacts and not r.unavailable:
+        return ""
     if len(r.artifacts) + len(r.unavailable) > ARTIFACTS_PER_REPORT_MAX:
         return "too many artifacts"
     names = [a.name for a in r.artifacts] + [u.name for u in r.unavailable]
@@ -151,6 +158,7 @@ def evidence_problem(r: Report) -> str:
     for u in r.unavailable:
         if not u.reason:
             return f"artifact {u.name!r} is unavailable without a reason"
-    if len(r.environment_failure) > ID_CHARS_MAX:
-        return "environment failure reason too long"
     return ""
+
+
+fast_init_all(globals())  # records made once or more per cell: common/fastinit.py

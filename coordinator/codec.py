@@ -58,14 +58,19 @@ def require_id(value: str, what: str) -> str:
     return value
 
 
+_REQUIRED_ENUMS = ("status", "execution", "verification", "usage", "cleanup")
+
+
 def decode_report(msg: common_pb2.Report) -> Report:
-    for name in ("status", "execution", "verification", "usage", "cleanup"):
-        if getattr(msg, name) == 0:
-            raise FrameError(Rejection.MALFORMED_FRAME, f"report misses its required field {name}")
     try:
-        return report_from_proto(msg)
+        report = report_from_proto(msg)
     except LogCodecError as e:
         raise FrameError(Rejection.MALFORMED_FRAME, f"report does not decode: {e}") from None
+    # An enum left at zero (UNSPECIFIED) decodes; the frame is refused all the same.
+    if not (report.status and report.execution and report.verification and report.usage and report.cleanup):
+        name = next(n for n in _REQUIRED_ENUMS if not getattr(report, n))
+        raise FrameError(Rejection.MALFORMED_FRAME, f"report misses its required field {name}")
+    return report
 
 
 def require_digest(value: str) -> str:

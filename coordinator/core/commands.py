@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.evidence import Report
+from common.fastinit import fast_init_all
 from common.ids import AssignmentId, AttemptId, CellId, Digest, RunId, WorkerId
 from common.policy import Policy
 from common.spec import ExperimentSpec
@@ -228,3 +229,6 @@ Command = (
     | WorkerLost | StreamsAlive
 )
 SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked, StreamsAlive)
+
+
+fast_init_all(globals())  # records made once or more per cell: common/fastinit.py

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from common.fastinit import fast_init_all
 from common.ids import AssignmentId, AttemptId, CellId, GroupId, RunId, SubjectId, TaskId, WorkerId
 from common.rejections import Rejection
 
@@ -133,3 +134,6 @@ class Transition:
     outcome: Outcome
     effects: tuple[Effect, ...] = ()
     durable: tuple[object, ...] = ()  # commands to append to the log, in order
+
+
+fast_init_all(globals())  # records made once or more per cell: common/fastinit.py

@@ -435,14 +435,15 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
         return LATE
     assignment.unreported -= 1
     cell = run.cells[attempt.cell_id]
-    if is_selectable(report) and cell.selected is None:
+    selectable = is_selectable(report)
+    if selectable and cell.selected is None:
         cell.selected = attempt.attempt_id
         run.selected_cells += 1
         counts = state.soft.cell_counts.get(run.run_id)
         if counts is not None and run.groups[cell.group_index].status == GroupStatus.ASSIGNED:
             counts.running -= 1
         fx.append(Emit("cell_selected", run.run_id, cell.cell_id, f"score {report.score}"))
-    elif not is_selectable(report):
+    elif not selectable:
         fx.append(Emit("cell_retryable", run.run_id, cell.cell_id, f"{report.status.name}: {report.detail}"))
     if report.environment_failure and not run.blocked_reason:
         run.blocked_reason = report.environment_failure

@@ -475,3 +475,21 @@ def test_a_wire_report_with_fields_this_version_does_not_know_is_logged_without_
 def test_encode_cell_reported_refuses_what_the_log_cannot_hold(cmd, wire, message):
     with pytest.raises(LogCodecError, match=message):
         logcodec.encode_cell_reported(1, cmd, wire)
+
+
+@pytest.mark.parametrize("field", ["status", "execution", "verification", "usage", "cleanup"])
+def test_a_frame_report_with_a_required_enum_at_zero_or_unknown_is_a_malformed_frame(field):
+    from common.rejections import Rejection
+    from coordinator.codec import FrameError, decode_report
+
+    good = common_pb2.Report(status=common_pb2.STATUS_COMPLETED, execution=common_pb2.EXECUTION_COMPLETED,
+                             verification=common_pb2.VERIFICATION_VALID, usage=common_pb2.USAGE_COMPLETE,
+                             cleanup=common_pb2.CLEANUP_CONFIRMED, score=1.0, cost_usd=0.0)
+    assert decode_report(good).score == 1.0
+    for number, words in ((0, f"misses its required field {field}"), (99, "does not decode")):
+        msg = common_pb2.Report()
+        msg.CopyFrom(good)
+        setattr(msg, field, number)
+        with pytest.raises(FrameError) as e:
+            decode_report(msg)
+        assert e.value.rejection == Rejection.MALFORMED_FRAME and words in e.value.detail

@@ -77,6 +77,8 @@ W1_TARGET_PEERS = ("dask", "celery")
 ENVIRONMENT_ID = "env-bench-coordinator-1"
 SUBJECTS = 3
 REPORTS_LARGE_GROUP = 32  # reports: groups of this many cells, so frames of as many reports
+# --reports-shapes: the (slots per worker, cells per group) of each reports window
+REPORTS_SHAPES = [(2, SUBJECTS), (8, SUBJECTS), (2, REPORTS_LARGE_GROUP)]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 60
 CLIENT_DEADLINE_S = 600  # hard stop of any client process, whatever the parent does
@@ -1451,7 +1453,7 @@ def table(fig: dict) -> list[str]:
             f"{fig['bare_lmdb_per_s']:.0f}", "", None)
         row("group commit / bare LMDB", f"{fig['commit_vs_bare']:.3f}", ">= 0.5", fig["commit_vs_bare"] >= 0.5)
         row("actor alone: batched / batch_max=1", f"{fig['actor_ratio']:.2f}x", "(>= 10x)", fig["actor_ratio"] >= 10)
-    for slots, cells in ((2, SUBJECTS), (8, SUBJECTS), (2, REPORTS_LARGE_GROUP)):
+    for slots, cells in REPORTS_SHAPES:
         key = f"reports_p4_{slots}slots" + ("" if cells == SUBJECTS else f"_{cells}cells")
         if f"{key}_per_s" in fig:
             ran_out = fig.get(key, {}).get("ran_out", False)  # a lower bound: the run ended in the window
@@ -1483,7 +1485,7 @@ def bench_reports(sz: Sizes, root: Path, profile: Path | None) -> dict:
     reports in one ReportBatch), with 2 and with 8 slots per worker."""
     say(f"Reports over gRPC: {sz.commit_clients} simulated workers of protocol 4, {sz.commit_window_s:g} s windows")
     out: dict = {}
-    for slots, cells in ((2, SUBJECTS), (8, SUBJECTS), (2, REPORTS_LARGE_GROUP)):
+    for slots, cells in REPORTS_SHAPES:
         r = grpc_commit_rate(sz, root / f"reports-{slots}-{cells}", None, profile, protocol=4, slots=slots, cells=cells,
                              total_cells=sz.reports_cells)
         key = f"reports_p4_{slots}slots" + ("" if cells == SUBJECTS else f"_{cells}cells")
@@ -1519,6 +1521,9 @@ def main(argv: list[str] | None = None) -> int:
                     "threads into DIR/<bench>/{loop,actor}.pstats (slows it down; for call counts, not figures)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, data dirs)")
     ap.add_argument("--w1-repeats", type=int, default=0, help="runs of W1 per system (default: 3, --quick 1)")
+    ap.add_argument("--reports-shapes", default=",".join(f"{s}x{c}" for s, c in REPORTS_SHAPES),
+                    help="reports: the windows, each SLOTSxCELLS (slots per worker, cells per group); "
+                         "default: %(default)s")
     ap.add_argument("--w1-systems", default=",".join(W1_SYSTEMS),
                     help="W1's systems, of fleet, dask, celery, celery-defaults (default: all; fleet always runs)")
     a = ap.parse_args(argv)
@@ -1532,6 +1537,10 @@ def main(argv: list[str] | None = None) -> int:
     Profiler.gil = a.profile_gil
     Profiler.rate = a.profile_rate
     W1_SYSTEMS[:] = [n.strip() for n in a.w1_systems.split(",")]
+    try:
+        REPORTS_SHAPES[:] = [(int(s), int(c)) for s, c in (p.strip().split("x") for p in a.reports_shapes.split(","))]
+    except ValueError:
+        ap.error(f"--reports-shapes {a.reports_shapes!r}: expected SLOTSxCELLS[,SLOTSxCELLS...], e.g. 2x32")
     Coordinator.switch_interval_ms = a.switch_interval_ms
     Coordinator.cprofile = a.cprofile
     root = Path(tempfile.mkdtemp(prefix="fleet-bench-"))

@@ -6,10 +6,13 @@ state that lives as long as the process (runs, cells, attempts, sessions), so fu
 walk more and more of it and find nothing: with 10,000 sessions, one every 2.7 s taking 279 ms
 (docs/benchmarks.md), which is the tail of slot refill.
 
-So the collector makes no full collection of its own accord (its oldest generation's threshold
-is out of reach); the daemon makes one itself, a pass, once the middle generation has been
-collected `MIDDLE_COLLECTIONS_PER_PASS` times or
-`freeze_every_s` has passed, and freezes the survivors (`gc.freeze`). A pass is cheap because
+So the collector collects only the young of its own accord (the thresholds of the middle and
+oldest generations are out of reach); the daemon makes a collection itself, a pass, once the
+young have been collected `YOUNG_COLLECTIONS_PER_PASS` times or `freeze_every_s` has passed,
+and freezes the survivors (`gc.freeze`). Each object that lives is walked twice: by one
+collection of the young and by one pass. (A middle generation collected on its own, as
+CPython does, walked each a third time: 10% of the event loop's samples under a stream of
+reports, tools/bench_coordinator --only reports.) A pass is cheap because
 it walks only what survived since the last one, and no later collection walks the frozen.
 Garbage cycles still die young as before; what is given up is a cycle that becomes garbage
 after it was frozen, which stays until a full pass over everything (`gc.unfreeze`, collect,
@@ -36,14 +39,15 @@ log = structlog.get_logger("coordinator.collector")
 
 PAUSE_COUNTED_S = 0.010
 PAUSE_LOGGED_S = 0.100
-# A pass after this many collections of the middle generation: each walks a few thousand
-# survivors, not the seconds of them a registration storm leaves (83 ms of CPU at 2,000).
-MIDDLE_COLLECTIONS_PER_PASS = 2
+# A pass after this many collections of the young (as often as two collections of a middle
+# generation at CPython's threshold of 10): each walks a few thousand survivors, not the
+# seconds of them a registration storm leaves (83 ms of CPU at 2,000).
+YOUNG_COLLECTIONS_PER_PASS = 20
 CHECK_EVERY_S = 0.25
 # Allocations between collections of the young (CPython: 700). At 10,000 sessions the young
 # were collected thousands of times a second; most of what they walk dies before a later one.
 YOUNG_THRESHOLD = 5_000
-OLDEST_THRESHOLD_OFF = 1 << 30
+THRESHOLD_OFF = 1 << 30
 
 
 class Collector:
@@ -64,7 +68,7 @@ class Collector:
 
     def install(self) -> None:
         self._thresholds = gc.get_threshold()
-        gc.set_threshold(YOUNG_THRESHOLD, self._thresholds[1], OLDEST_THRESHOLD_OFF)
+        gc.set_threshold(YOUNG_THRESHOLD, THRESHOLD_OFF, THRESHOLD_OFF)
         gc.callbacks.append(self._timed)
 
     def uninstall(self) -> None:
@@ -73,7 +77,8 @@ class Collector:
             gc.set_threshold(*self._thresholds)
 
     def due(self) -> bool:
-        return (gc.get_count()[2] >= MIDDLE_COLLECTIONS_PER_PASS
+        # get_count()[1]: collections of the young since the middle generation's last (a pass)
+        return (gc.get_count()[1] >= YOUNG_COLLECTIONS_PER_PASS
                 or self._clock() - self._last_pass >= self.freeze_every_s)
 
     def _timed(self, phase: str, info: dict[str, Any]) -> None:

@@ -99,12 +99,10 @@ class Request:
 
 @dataclass(slots=True)
 class Outgoing:
-    """A frame for one worker, or an event for watchers (worker_id empty)."""
+    """A frame for one worker."""
 
     worker_id: str
     frame: Any = None
-    event: Emit | None = None
-    at_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -112,6 +110,9 @@ class Batch:
     completions: list[tuple[Callable[[Any], None], Any]] = field(default_factory=list)
     outgoing: list[Outgoing] = field(default_factory=list)
     broadcast: list[Any] = field(default_factory=list)  # frames for every connected worker
+    # Events for logs, metrics and watchers, in order, each with its time: one or more per
+    # cell, so a pair each rather than a record.
+    events: list[tuple[Emit, int]] = field(default_factory=list)
 
 
 # The snapshot process: a module run with this interpreter (tests put a stand-in here).
@@ -409,7 +410,7 @@ class Actor:
                 self._on_commit(len(records), time.perf_counter() - started)
         for now, e in effects:
             self._route(now, e, out)
-        if out.completions or out.outgoing or out.broadcast:
+        if out.completions or out.outgoing or out.broadcast or out.events:
             self._deliver(out)
         if records and self._store.snapshot_due and self._snapshot_pending is None:
             self._begin_snapshot()
@@ -557,7 +558,7 @@ class Actor:
     def _route(self, now: int, e: object, out: Batch) -> None:
         # Most common first: an event per cell, a push per group.
         if isinstance(e, Emit):
-            out.outgoing.append(Outgoing("", event=e, at_ms=now))
+            out.events.append((e, now))
         elif isinstance(e, PushAssignment):
             parts = self._parts.get(e.run_id)
             if parts is None:
@@ -573,9 +574,8 @@ class Actor:
             out.outgoing.append(Outgoing(e.worker_id, codec.refused_frame(e)))
         elif isinstance(e, NotifyRunState):
             out.broadcast.append(codec.run_state_frame(e))
-            out.outgoing.append(Outgoing("", event=Emit("run_state", e.run_id, e.run_id,
-                                                        e.blocked_reason or ("paused" if e.paused else "resumed")),
-                                         at_ms=now))
+            out.events.append((Emit("run_state", e.run_id, e.run_id,
+                                    e.blocked_reason or ("paused" if e.paused else "resumed")), now))
         elif isinstance(e, EndSession):
             pass  # the requester's `done` ends it: the sessions are the servicer's
         else:

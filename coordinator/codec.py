@@ -170,11 +170,19 @@ def ack_frame(seq: int, outcome: Outcome, *, committed_offset: int = 0, digest: 
 def ack_batch_frames(acks: list[tuple[int, Outcome]]) -> list[coordinator_pb2.CoordinatorFrame]:
     """Acks of consecutive seqs (a ReportBatch's) as AckBatch frames of at most ACK_BATCH_MAX,
     for a session that reads AckBatch: built at once instead of a frame each that the writer
-    joins again."""
-    msgs = [coordinator_pb2.Ack(seq=seq, outcome=int(o.kind), rejection=int(o.rejection), detail=o.detail)
-            for seq, o in acks]
-    return [coordinator_pb2.CoordinatorFrame(acks=coordinator_pb2.AckBatch(acks=msgs[i:i + ACK_BATCH_MAX]))
-            for i in range(0, len(msgs), ACK_BATCH_MAX)]
+    joins again. Each Ack is added in place (not built alone and copied in: a third of the
+    cost), with only the fields an accepted ack sets."""
+    frames = []
+    for i in range(0, len(acks), ACK_BATCH_MAX):
+        frame = coordinator_pb2.CoordinatorFrame()
+        add = frame.acks.acks.add
+        for seq, o in acks[i:i + ACK_BATCH_MAX]:
+            if o.rejection or o.detail:
+                add(seq=seq, outcome=int(o.kind), rejection=int(o.rejection), detail=o.detail)
+            else:
+                add(seq=seq, outcome=int(o.kind))
+        frames.append(frame)
+    return frames
 
 
 def action_response(outcome: Outcome) -> admin_pb2.ActionResponse:

@@ -22,7 +22,7 @@ import grpc
 import structlog
 
 from common import limits
-from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2
 from common.notify import Notifier
 from coordinator.actor import Actor, recover_with_time
 from coordinator.artifacts import ArtifactStore
@@ -34,7 +34,7 @@ from coordinator.core.state import State, WorkerStatus
 from coordinator.errors import StorageError, exit_code_for, fail_stop_line
 from coordinator.metrics import SAMPLE_EVERY_S, Metrics
 from coordinator.metrics import sample as sample_metrics
-from coordinator.servicer import AdminServicer, CoordinatorServicer, Hub, submit
+from coordinator.servicer import AdminServicer, CoordinatorServicer, Hub, add_coordinator_to_server, submit
 from coordinator.store import Store
 
 log = structlog.get_logger("fleet.coordinator")
@@ -173,9 +173,8 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
 
     server = grpc.aio.server(options=grpc_options())
     incarnation = time.time_ns() // 1_000_000
-    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(
-        CoordinatorServicer(actor, hub, tokens, artifacts, incarnation, metrics,
-                            client_identity=cfg.tls_client_ca is not None), server)
+    add_coordinator_to_server(CoordinatorServicer(actor, hub, tokens, artifacts, incarnation, metrics,
+                                                  client_identity=cfg.tls_client_ca is not None), server)
     admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(actor, hub, tokens, artifacts, store=store,
                                                               data_dir=cfg.data_dir, incarnation=incarnation),
                                                server)

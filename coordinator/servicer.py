@@ -430,7 +430,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             frames.append(nxt)
         if len(frames) == 1:
             return first
-        return coordinator_pb2.CoordinatorFrame(bundle=coordinator_pb2.FrameBundle(frames=frames))
+        return codec.bundle_bytes(frames)  # written as they are: add_coordinator_to_server
 
     @staticmethod
     def _batch_acks(session: Session, first: Any) -> Any:
@@ -738,6 +738,31 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         except Overloaded:
             session.send(codec.ack_frame(seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"),
                                          committed_offset=0, digest=digest))
+
+
+COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name
+
+
+def add_coordinator_to_server(servicer: CoordinatorServicer, server: Any) -> None:
+    """The generated registration, except that a Session's responses may be bytes already
+    serialized (the writer's bundles, codec.bundle_bytes); every other handler is the
+    generated one. Registering with `add_CoordinatorServicer_to_server` would fail the
+    first bundle written."""
+    handlers: dict[str, Any] = {}
+
+    class Capture:
+        def add_generic_rpc_handlers(self, _: object) -> None:
+            pass
+
+        def add_registered_method_handlers(self, service: str, found: dict[str, Any]) -> None:
+            assert service == COORDINATOR_SERVICE, service
+            handlers.update(found)
+
+    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(servicer, Capture())
+    assert "Session" in handlers, "the generated registration did not name its handlers (grpcio-tools < 1.63?)"
+    handlers["Session"] = handlers["Session"]._replace(response_serializer=codec.serialize_frame)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(COORDINATOR_SERVICE, handlers),))
+    server.add_registered_method_handlers(COORDINATOR_SERVICE, handlers)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):

@@ -45,6 +45,8 @@ from typing import Any
 
 import structlog
 
+from common.evidence import Report
+from common.ids import AssignmentId, AttemptId, WorkerId
 from common.limits import (
     ACTOR_GATHER_AFTER_MS,
     ACTOR_GATHER_WAIT_MS,
@@ -92,9 +94,20 @@ class Request:
     done: Callable[[Any], None] | None = None
     many: list[Callable[[int], object]] | None = None  # several commands; `done` gets their Transitions
     chore: Callable[[], None] | None = None  # the actor's own work between batches (a snapshot to store)
-    # With `many` of CellReported commands: the wire Report each one's report was decoded from
-    # (or None), which its log record copies instead of encoding the Python object again.
-    wire_reports: list[Any] | None = None
+    reports: Reports | None = None  # a ReportBatch's reports; `done` gets their Transitions
+
+
+@dataclass(slots=True)
+class Reports:
+    """The reports of one ReportBatch, as rows: each becomes a `CellReported` of `worker_id`
+    at the request's time (they arrived together). `wire[i]` is the worker's message row i was
+    decoded from (or None), which its log record copies instead of encoding the Python object
+    again. Rows rather than a command-making closure each: a closure built on the loop and
+    called on the actor, and a clock read per report, were 1 us a report."""
+
+    worker_id: WorkerId
+    rows: list[tuple[AttemptId, AssignmentId, int, Report]]
+    wire: list[Any]
 
 
 @dataclass(slots=True)
@@ -352,7 +365,7 @@ class Actor:
     def _apply(self, requests: list[Request]) -> None:
         out = Batch()
         records: list[bytes] = []
-        effects: list[tuple[int, object]] = []
+        effects: list[tuple[int, tuple[object, ...]]] = []  # each transition's, with its time
         state = self._state
         for req in requests:
             if req.chore is not None:
@@ -363,20 +376,36 @@ class Actor:
                 if req.done is not None:
                     out.completions.append((req.done, value))
                 continue
-            if req.many is not None:
+            if req.reports is not None:
+                batch = req.reports
+                worker_id, wire = batch.worker_id, batch.wire
+                now = self._now()
                 transitions = []
-                wire = req.wire_reports
-                for i, make in enumerate(req.many):
-                    now = self._now()
-                    cmd = make(now)
+                for i, (attempt_id, assignment_id, generation, report) in enumerate(batch.rows):
+                    cmd = c.CellReported(now, worker_id, attempt_id, assignment_id, generation, report)
                     state, t = step(state, cmd)
                     for durable in t.durable:
                         self._index += 1
-                        if wire is not None and durable is cmd and wire[i] is not None:
+                        if durable is cmd and wire[i] is not None:
                             records.append(encode_cell_reported(self._index, durable, wire[i]))
                         else:
                             records.append(encode_record(self._index, durable))
-                    effects.extend((now, e) for e in t.effects)
+                    if t.effects:
+                        effects.append((now, t.effects))
+                    transitions.append(t)
+                if req.done is not None:
+                    out.completions.append((req.done, transitions))
+                continue
+            if req.many is not None:
+                transitions = []
+                for make in req.many:
+                    now = self._now()
+                    state, t = step(state, make(now))
+                    for durable in t.durable:
+                        self._index += 1
+                        records.append(encode_record(self._index, durable))
+                    if t.effects:
+                        effects.append((now, t.effects))
                     transitions.append(t)
                 if req.done is not None:
                     out.completions.append((req.done, transitions))
@@ -395,8 +424,8 @@ class Actor:
                     records.append(encode_record(self._index, durable))
                 if big:
                     gc.freeze()  # before the collector is enabled again (see recover_with_time)
-            for e in t.effects:
-                effects.append((now, e))
+            if t.effects:
+                effects.append((now, t.effects))
             if req.done is not None:
                 out.completions.append((req.done, t))
         self._state = state
@@ -408,8 +437,9 @@ class Actor:
             self.records += len(records)
             if self._on_commit is not None:
                 self._on_commit(len(records), time.perf_counter() - started)
-        for now, e in effects:
-            self._route(now, e, out)
+        for now, fx in effects:
+            for e in fx:
+                self._route(now, e, out)
         if out.completions or out.outgoing or out.broadcast or out.events:
             self._deliver(out)
         if records and self._store.snapshot_due and self._snapshot_pending is None:

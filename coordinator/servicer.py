@@ -30,7 +30,7 @@ from common.policy import parse_policy_text
 from common.rejections import Rejection
 from common.spec import SpecError, canonical_json, parse_spec_text
 from coordinator import codec, paging, views
-from coordinator.actor import Actor, Batch, Overloaded, Request
+from coordinator.actor import Actor, Batch, Overloaded, Reports, Request
 from coordinator.artifacts import ArtifactStore, UploadRejected
 from coordinator.auth import AuthError, TokenBook, bearer, certificate_identity_problem
 from coordinator.backup import BackupError, take_backup
@@ -553,24 +553,24 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if len(reports) > limits.REPORT_BATCH_REPORTS_MAX:
             raise FrameError(Rejection.MALFORMED_FRAME, f"a report batch of {len(reports)} reports exceeds "
                                                         f"{limits.REPORT_BATCH_REPORTS_MAX}")
-        wid = WorkerId(session.worker_id)
         seqs: list[int] = []
-        makes: list[Callable[[int], object]] = []
+        rows: list[tuple[AttemptId, AssignmentId, int, Any]] = []
         wire: list[Any] = []  # each report's message: its log record copies it (encode once)
+        decode, require_id = codec.decode_report, codec.require_id
         for i, r in enumerate(reports):
             seq = first_seq + i
+            message = r.report
             try:
-                report = codec.decode_report(r.report)
-                attempt_id = AttemptId(codec.require_id(r.attempt_id, "attempt_id"))
-                assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
+                report = decode(message)
+                attempt_id = require_id(r.attempt_id, "attempt_id")
+                assignment_id = require_id(r.assignment_id, "assignment_id")
             except FrameError as e:
                 self._ack(session, seq, rejected(e.rejection, e.detail))
                 continue
             seqs.append(seq)
-            makes.append(lambda now, a=attempt_id, g=assignment_id, n=r.generation, rep=report:
-                         c.CellReported(now, wid, a, g, n, rep))
-            wire.append(r.report)
-        if not makes:
+            rows.append((attempt_id, assignment_id, r.generation, report))  # type: ignore[arg-type]
+            wire.append(message)
+        if not rows:
             return
         received = time.perf_counter()
 
@@ -593,7 +593,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 self.metrics.slot_refill.observe(time.perf_counter() - received)
 
         try:
-            self.actor.submit(Request(many=makes, done=done, wire_reports=wire))
+            self.actor.submit(Request(reports=Reports(WorkerId(session.worker_id), rows, wire), done=done))
         except Overloaded:
             for seq in seqs:
                 self._ack(session, seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"))

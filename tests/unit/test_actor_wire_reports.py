@@ -1,6 +1,6 @@
 """A ReportBatch's reports are logged from the worker's own messages (encode once) and replay
 exactly: method: a real Store in a temp dir and a real Actor, a run driven to completion with
-`Request(many=..., wire_reports=...)` as the servicer sends it (one report of each batch
+`Request(reports=Reports(...))` as the servicer sends it (one report of each batch
 without its message, to keep the other path), the record encoder spied on, then the log read
 back byte for byte against `encode_record` and recovered against the live state."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from common.ids import AttemptId, WorkerId, run_id_for
 from coordinator import actor as actor_module
-from coordinator.actor import Actor, Request, recover
+from coordinator.actor import Actor, Reports, Request, recover
 from coordinator.core import commands as c
 from coordinator.core import new_state
 from coordinator.core.effects import OfferRun, PushAssignment
@@ -80,13 +80,13 @@ def test_report_batches_logged_from_their_wire_messages_replay_exactly(tmp_path:
             if not pushes:
                 break
             push = pushes.pop(0)
-        makes = [lambda now, p=push, a=cell.attempt_id: c.CellReported(
-            now, p.worker_id, AttemptId(a), p.assignment_id, p.generation, OK) for cell in push.cells]
+        rows = [(AttemptId(cell.attempt_id), push.assignment_id, push.generation, OK) for cell in push.cells]
         wire = [report_to_proto(OK) for _ in push.cells]
         wire[-1] = None  # this one is logged from the Python object, as before
-        transitions = apply(Request(many=makes, wire_reports=wire))
+        transitions = apply(Request(reports=Reports(push.worker_id, rows, wire)))
         assert all(t.outcome.ok for t in transitions)
-        reported += len(makes)
+        assert all(type(cmd) is c.CellReported for t in transitions for cmd in t.durable)
+        reported += len(rows)
     actor.stop()
     live = actor._state
     store.close()

@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,21 @@ from coordinator.store import Store
 log = structlog.get_logger("fleet.actor")
 TICK_MS_DEFAULT = 200
 SNAPSHOT_HANDOVER_S = 60  # how long the reader thread waits for room in the actor's queue
+
+
+def _commands_of(req: Request, clock: Callable[[], int]) -> Iterator[tuple[int, object, Any]]:
+    """(time, command, its wire report or None) for each command of a `reports` or `many`
+    request: a ReportBatch's rows at one time for the frame, or each `make` at its own."""
+    if req.reports is not None:
+        batch = req.reports
+        now = clock()
+        for (attempt_id, assignment_id, generation, report), wire in zip(batch.rows, batch.wire, strict=True):
+            yield now, c.CellReported(now, batch.worker_id, attempt_id, assignment_id, generation, report), wire
+    else:
+        assert req.many is not None
+        for make in req.many:
+            now = clock()
+            yield now, make(now), None
 
 
 class Overloaded(Exception):
@@ -376,34 +391,16 @@ class Actor:
                 if req.done is not None:
                     out.completions.append((req.done, value))
                 continue
-            if req.reports is not None:
-                batch = req.reports
-                worker_id, wire = batch.worker_id, batch.wire
-                now = self._now()
+            if req.reports is not None or req.many is not None:
                 transitions = []
-                for i, (attempt_id, assignment_id, generation, report) in enumerate(batch.rows):
-                    cmd = c.CellReported(now, worker_id, attempt_id, assignment_id, generation, report)
+                for now, cmd, wire in _commands_of(req, self._now):
                     state, t = step(state, cmd)
                     for durable in t.durable:
                         self._index += 1
-                        if durable is cmd and wire[i] is not None:
-                            records.append(encode_cell_reported(self._index, durable, wire[i]))
+                        if durable is cmd and wire is not None:
+                            records.append(encode_cell_reported(self._index, durable, wire))
                         else:
                             records.append(encode_record(self._index, durable))
-                    if t.effects:
-                        effects.append((now, t.effects))
-                    transitions.append(t)
-                if req.done is not None:
-                    out.completions.append((req.done, transitions))
-                continue
-            if req.many is not None:
-                transitions = []
-                for make in req.many:
-                    now = self._now()
-                    state, t = step(state, make(now))
-                    for durable in t.durable:
-                        self._index += 1
-                        records.append(encode_record(self._index, durable))
                     if t.effects:
                         effects.append((now, t.effects))
                     transitions.append(t)

@@ -156,7 +156,7 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
         log.info("artifact_tmp_swept", files=len(swept))
     hub = Hub()
     metrics = Metrics()
-    hub.on_event.append(lambda e, _at: metrics.event(e.event, e.detail))
+    hub.on_events.append(metrics.events)
 
     def on_commit(records: int, seconds: float) -> None:
         metrics.commit_batch.observe(records)

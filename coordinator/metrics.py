@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from coordinator.core.effects import Emit
 from coordinator.core.state import State, WorkerStatus
 
 SAMPLE_EVERY_S = 5.0
@@ -93,14 +94,30 @@ class Metrics:
         for (run, state), n in s.cells_by_state.items():
             self.cells.labels(run, state).set(n)
 
-    def event(self, event: str, detail: str) -> None:
-        if event == "cell_selected":
-            self.cells_selected.inc()
-        elif event == "cell_exhausted":
-            self.cells_exhausted.inc()
-        elif event == "cell_retryable":
-            self.retries.labels(detail.split(":", 1)[0].lower() or "unknown").inc()
-        elif event == "assignment_superseded":
-            self.superseded.labels(detail or "unknown").inc()
-        elif event == "late_report":
-            self.late_reports.inc()
+    def events(self, events: list[tuple[Emit, int]]) -> None:
+        """Count a batch's events (`Emit`s with their times): one increment per counter and
+        label, not one per cell (each takes the counter's lock)."""
+        selected = exhausted = late = 0
+        by_label: dict[tuple[str, str], int] = {}
+        for e, _ in events:
+            name = e.event
+            if name == "cell_selected":
+                selected += 1
+            elif name == "cell_exhausted":
+                exhausted += 1
+            elif name == "late_report":
+                late += 1
+            elif name == "cell_retryable":
+                key = ("retry", e.detail.split(":", 1)[0].lower() or "unknown")
+                by_label[key] = by_label.get(key, 0) + 1
+            elif name == "assignment_superseded":
+                key = ("superseded", e.detail or "unknown")
+                by_label[key] = by_label.get(key, 0) + 1
+        if selected:
+            self.cells_selected.inc(selected)
+        if exhausted:
+            self.cells_exhausted.inc(exhausted)
+        if late:
+            self.late_reports.inc(late)
+        for (kind, label), n in by_label.items():
+            (self.retries if kind == "retry" else self.superseded).labels(label).inc(n)

@@ -960,8 +960,11 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
         coord.wait_workers(workers, START_TIMEOUT_S)
         time.sleep(1.0)  # warm-up: every slot busy, the log past its first batches
         c0, cpu0, ccpu0 = coord.counters(), cpu_seconds(coord.pid), clients.cpu()
-        prof = Profiler(profile, f"commit-{'batched' if batch_max is None else 'unbatched'}", coord.pid,
-                        sz.commit_window_s)
+        # One file per window: the reports shapes share the mode, and overwrote each other's.
+        name = f"commit-{'batched' if batch_max is None else 'unbatched'}"
+        if protocol >= 4:
+            name = f"reports-{slots}x{cells}"
+        prof = Profiler(profile, name, coord.pid, sz.commit_window_s)
         time.sleep(sz.commit_window_s)
         c1, cpu1, ccpu1 = coord.counters(), cpu_seconds(coord.pid), clients.cpu()
         status = next(r for r in coord.call("GetStatus", admin_pb2.GetStatusRequest()).runs if r.run_id == run_id)

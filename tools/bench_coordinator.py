@@ -63,6 +63,7 @@ import grpc
 
 from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from tools.bench_peers import tree_cpu
 from tools.fleetctl.pages import results_whole
 
 REPO = Path(__file__).resolve().parents[1]
@@ -195,7 +196,13 @@ class Proc:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of `pid`, from /proc/PID/stat."""
+    """CPU seconds of `pid`'s threads and of its descendants, as the peers' are counted
+    (`tools.bench_peers.tree_cpu`): the coordinator's snapshot processes are its cost too."""
+    return tree_cpu([pid])
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds of `pid`'s own threads only (utime + stime)."""
     with open(f"/proc/{pid}/stat") as f:
         rest = f.read().rsplit(")", 1)[1].split()
     return (int(rest[11]) + int(rest[12])) / CLK_TCK
@@ -959,14 +966,14 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
         clients = Clients(root, coord, mode="commit", workers=workers, processes=2, slots=slots, protocol=protocol)
         coord.wait_workers(workers, START_TIMEOUT_S)
         time.sleep(1.0)  # warm-up: every slot busy, the log past its first batches
-        c0, cpu0, ccpu0 = coord.counters(), cpu_seconds(coord.pid), clients.cpu()
+        c0, cpu0, own0, ccpu0 = coord.counters(), cpu_seconds(coord.pid), process_cpu_seconds(coord.pid), clients.cpu()
         # One file per window: the reports shapes share the mode, and overwrote each other's.
         name = f"commit-{'batched' if batch_max is None else 'unbatched'}"
         if protocol >= 4:
             name = f"reports-{slots}x{cells}"
         prof = Profiler(profile, name, coord.pid, sz.commit_window_s)
         time.sleep(sz.commit_window_s)
-        c1, cpu1, ccpu1 = coord.counters(), cpu_seconds(coord.pid), clients.cpu()
+        c1, cpu1, own1, ccpu1 = coord.counters(), cpu_seconds(coord.pid), process_cpu_seconds(coord.pid), clients.cpu()
         status = next(r for r in coord.call("GetStatus", admin_pb2.GetStatusRequest()).runs if r.run_id == run_id)
         ran_out = status.cells_selected >= status.cells_total
         prof.finish()
@@ -984,14 +991,16 @@ def grpc_commit_rate(sz: Sizes, root: Path, batch_max: int | None, profile: Path
     acked = sum(1 for t in out["accepted_at"] if c0["t"] <= t <= c1["t"])
     sizes = log_record_sizes(coord.data_dir / "wal")
     r = {"rate": records / dt, "acked_rate": acked / dt, "batch_mean": records / max(1, commits),
-         "commits_per_s": commits / dt, "cpu": (cpu1 - cpu0) / dt, "record_bytes": sizes,
+         "commits_per_s": commits / dt, "cpu": (cpu1 - cpu0) / dt, "cpu_process": (own1 - own0) / dt,
+         "record_bytes": sizes,
          "actor_busy": (c1["busy_s"] - c0["busy_s"]) / dt, "actor_append": (c1["append_s"] - c0["append_s"]) / dt,
          "client_cpu": (ccpu1 - ccpu0) / dt, "rejected": dict(out["rejected"]), "errors": out["errors"],
          "ran_out": ran_out, "cells": groups * cells}
     say(f"  gRPC, {label}: {r['rate']:.0f} durable commands/s ({r['acked_rate']:.0f}/s accepted report acks seen "
         f"by clients), {r['commits_per_s']:.0f} commits/s, {r['batch_mean']:.1f} records/commit, coordinator "
-        f"{100 * r['cpu']:.0f}% of a core (clients {100 * r['client_cpu']:.0f}%), {1e6 * r['cpu'] / max(1.0, r['acked_rate']):.0f} "
-        f"µs of coordinator CPU per report; actor busy {100 * r['actor_busy']:.0f}% of the window (in Store.append "
+        f"{100 * r['cpu']:.0f}% of a core (its own process {100 * r['cpu_process']:.0f}%, the rest its snapshot "
+        f"processes; clients {100 * r['client_cpu']:.0f}%), {1e6 * r['cpu'] / max(1.0, r['acked_rate']):.0f} µs of "
+        f"coordinator CPU per report ({1e6 * r['cpu_process'] / max(1.0, r['acked_rate']):.0f} in its own process); actor busy {100 * r['actor_busy']:.0f}% of the window (in Store.append "
         f"{100 * r['actor_append']:.0f}%); log record {sizes:.0f} B (median)")
     if out["errors"] or out["rejected"]:
         say(f"    client errors {out['error_count']}: {out['errors'][:3]}; rejections {dict(out['rejected'])}")

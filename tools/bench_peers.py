@@ -57,7 +57,10 @@ def _children() -> dict[int, list[int]]:
 
 
 def tree_cpu(pids: list[int]) -> float:
-    """utime + stime of `pids` and all their living descendants, in seconds."""
+    """CPU seconds (user + system) of `pids` and all their descendants: the living ones, and
+    through cutime + cstime those a process of the tree has waited for (a child that lived and
+    ended inside a window counts; one alive at its start and reaped before its end counts once,
+    as the difference of the two readings)."""
     kids = _children()
     total = 0.0
     todo = list(pids)
@@ -69,7 +72,7 @@ def tree_cpu(pids: list[int]) -> float:
                 rest = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(rest[11]) + int(rest[12])) / CLK_TCK
+        total += (int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])) / CLK_TCK
     return total
 
 

@@ -1075,7 +1075,15 @@ def actor_rate(root: Path, batch_max: int | None, seconds: float, groups: int, w
         for done, value in batch.completions:
             done(value)
         for o in batch.outgoing:
-            if stopping.is_set() or not o.worker_id or o.frame.WhichOneof("body") != "assignment":
+            if stopping.is_set() or not o.worker_id:
+                continue
+            body = o.frame.WhichOneof("body")
+            if body == "run_offer":  # a worker of the run's build: its measurement is the reference's
+                offer = o.frame.run_offer
+                actor.submit(Request(make=lambda now, w=WorkerId(o.worker_id), r=RunId(offer.run_id):
+                                     c.RunEnvironmentMeasured(now, w, 1, r, ())))
+                continue
+            if body != "assignment":
                 continue
             p = o.frame.assignment
             wid, aid, gen = WorkerId(o.worker_id), p.assignment_id, p.generation
@@ -1112,6 +1120,7 @@ def actor_rate(root: Path, batch_max: int | None, seconds: float, groups: int, w
     try:
         spec = parse_spec(noop_spec(groups, cap=workers * slots, name="actorbench"))
         actor.start()
+        # No manifest: every key a run offer names is measured as absent, as the reference has it.
         actor.submit(Request(make=lambda now: c.RunSubmitted(now, RunId("run-actorbench"), spec, Policy())))
         for w in held:
             actor.submit(Request(make=lambda now, w=w: c.WorkerRegistered(

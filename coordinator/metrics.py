@@ -98,7 +98,8 @@ class Metrics:
         """Count a batch's events (`Emit`s with their times): one increment per counter and
         label, not one per cell (each takes the counter's lock)."""
         selected = exhausted = late = 0
-        by_label: dict[tuple[str, str], int] = {}
+        causes: dict[str, int] = {}  # of the retries
+        reasons: dict[str, int] = {}  # of the supersessions
         for e, _ in events:
             name = e.event
             if name == "cell_selected":
@@ -108,16 +109,18 @@ class Metrics:
             elif name == "late_report":
                 late += 1
             elif name == "cell_retryable":
-                key = ("retry", e.detail.split(":", 1)[0].lower() or "unknown")
-                by_label[key] = by_label.get(key, 0) + 1
+                cause = e.detail.split(":", 1)[0].lower() or "unknown"
+                causes[cause] = causes.get(cause, 0) + 1
             elif name == "assignment_superseded":
-                key = ("superseded", e.detail or "unknown")
-                by_label[key] = by_label.get(key, 0) + 1
+                reason = e.detail or "unknown"
+                reasons[reason] = reasons.get(reason, 0) + 1
         if selected:
             self.cells_selected.inc(selected)
         if exhausted:
             self.cells_exhausted.inc(exhausted)
         if late:
             self.late_reports.inc(late)
-        for (kind, label), n in by_label.items():
-            (self.retries if kind == "retry" else self.superseded).labels(label).inc(n)
+        for cause, n in causes.items():
+            self.retries.labels(cause).inc(n)
+        for reason, n in reasons.items():
+            self.superseded.labels(reason).inc(n)

@@ -130,7 +130,7 @@ class Outgoing:
     """A frame for one worker."""
 
     worker_id: str
-    frame: Any = None
+    frame: Any
 
 
 @dataclass(slots=True)

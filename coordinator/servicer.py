@@ -176,9 +176,6 @@ class Hub:
             for s in list(self.sessions.values()):
                 s.send(frame)
 
-    def publish(self, e: Emit, at_ms: int) -> None:
-        self.publish_all([(e, at_ms)])
-
     def publish_all(self, events: list[tuple[Emit, int]]) -> None:
         # One line per cell would cost more than the cell on a large run: per-cell events are
         # debug; everything about runs, workers and assignments is info. The logger is bound on
@@ -588,8 +585,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                            for t in transitions for e in t.effects)
             if session.batch_acks:  # every protocol that sends a ReportBatch does
                 for _, outcome in acks:
-                    if outcome.kind == OutcomeKind.REJECTED:
-                        self._count(outcome)
+                    self._count(outcome)
                 for frame in codec.ack_batch_frames(acks):
                     session.send(frame)
             else:

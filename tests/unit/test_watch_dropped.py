@@ -1,6 +1,6 @@
 """A watcher that falls more than WATCH_QUEUE_EVENTS_MAX events behind loses events, never
 the coordinator's time, and is told how many it lost before the next event it reads; method:
-the Hub's publish and the Admin servicer's Watch generator on one event loop, no network."""
+the Hub's publish_all and the Admin servicer's Watch generator on one event loop, no network."""
 from __future__ import annotations
 
 import asyncio
@@ -32,7 +32,7 @@ def test_a_watcher_too_far_behind_is_told_how_many_events_it_lost(monkeypatch):
         first = asyncio.ensure_future(gen.__anext__())
         await asyncio.sleep(0)
         for i in range(25):
-            hub.publish(Emit("worker_refused", None, f"w{i}"), i)
+            hub.publish_all([(Emit("worker_refused", None, f"w{i}"), i)])
         got = [await first]
         for _ in range(10):  # the notice was first; w0..w9 follow
             got.append(await gen.__anext__())
@@ -56,9 +56,8 @@ def test_watch_events_sends_a_burst_in_few_messages_in_order_and_bounded(monkeyp
         gen = admin.WatchEvents(admin_pb2.WatchRequest(run_id="r1"), Context())
         started = await gen.__anext__()
         assert [e.event for e in started.events] == ["watch_started"] and started.events[0].run_id == "r1"
-        for i in range(100):
-            hub.publish(Emit("cell_selected", "r1", f"c{i}"), i)
-        hub.publish(Emit("cell_selected", "r2", "other"), 100)  # another run: not this watcher's
+        hub.publish_all([(Emit("cell_selected", "r1", f"c{i}"), i) for i in range(100)]
+                        + [(Emit("cell_selected", "r2", "other"), 100)])  # another run: not this watcher's
         batches = [await gen.__anext__() for _ in range(3)]
         await gen.aclose()
         assert not hub.watchers

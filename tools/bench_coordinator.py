@@ -63,7 +63,7 @@ import grpc
 
 from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
-from tools.bench_peers import tree_cpu
+from tools.bench_peers import stat_fields, tree_cpu
 from tools.fleetctl.pages import results_whole
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,8 +203,7 @@ def cpu_seconds(pid: int) -> float:
 
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds of `pid`'s own threads only (utime + stime)."""
-    with open(f"/proc/{pid}/stat") as f:
-        rest = f.read().rsplit(")", 1)[1].split()
+    rest = stat_fields(f"/proc/{pid}/stat")
     return (int(rest[11]) + int(rest[12])) / CLK_TCK
 
 
@@ -281,8 +280,7 @@ def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
         return out
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
+            rest = stat_fields(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue
         out[int(tid)] = (int(rest[11]) / CLK_TCK, int(rest[12]) / CLK_TCK)

@@ -42,14 +42,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stat_fields(path: str) -> list[str]:
+    """The fields of a /proc stat file after the command name (which may hold spaces and
+    parentheses): [0] state, [1] ppid, [11] utime, [12] stime, [13] cutime, [14] cstime, in
+    clock ticks. Raises OSError for a process or thread that is gone."""
+    with open(path) as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def _children() -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
+            rest = stat_fields(f"/proc/{entry}/stat")
         except OSError:
             continue
         kids.setdefault(int(rest[1]), []).append(int(entry))
@@ -68,8 +75,7 @@ def tree_cpu(pids: list[int]) -> float:
         pid = todo.pop()
         todo.extend(kids.get(pid, []))
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
+            rest = stat_fields(f"/proc/{pid}/stat")
         except OSError:
             continue
         total += (int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])) / CLK_TCK

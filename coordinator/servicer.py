@@ -15,7 +15,7 @@ import hashlib
 import secrets
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -580,9 +580,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
         def done(transitions: list[Transition]) -> None:
             acks = [(seq, t.outcome) for seq, t in zip(seqs, transitions)]
-            worker_id = session.worker_id
-            refilled = any(type(e) is PushAssignment and e.worker_id == worker_id
-                           for t in transitions for e in t.effects)
             if session.batch_acks:  # every protocol that sends a ReportBatch does
                 for _, outcome in acks:
                     self._count(outcome)
@@ -591,8 +588,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             else:
                 for seq, outcome in acks:
                     self._ack(session, seq, outcome)
-            if refilled:
-                self.metrics.slot_refill.observe(time.perf_counter() - received)
+            self._observe_refills(session, transitions, received)
 
         try:
             self.actor.submit(Request(reports=Reports(WorkerId(session.worker_id), rows, wire), done=done))
@@ -668,13 +664,25 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         except Overloaded:
             pass  # liveness is soft: the next heartbeats carry the same news
 
+    def _observe_refills(self, session: Session, transitions: Iterable[Transition], received: float) -> None:
+        """One `slot_refill` observation per group pushed to this worker by these transitions: a
+        frame that ends two groups refills two slots (counted once before, so the count could
+        fall short of the refills)."""
+        worker_id = session.worker_id
+        pushes = sum(1 for t in transitions for e in t.effects
+                     if type(e) is PushAssignment and e.worker_id == worker_id)
+        if pushes:
+            took = time.perf_counter() - received
+            for _ in range(pushes):
+                self.metrics.slot_refill.observe(took)
+
     def _ack_after(self, session: Session, seq: int, make: Callable[[int], object], *, refill: bool = False) -> None:
         received = time.perf_counter()
 
         def done(t: Transition) -> None:
             self._ack(session, seq, t.outcome)
-            if refill and any(isinstance(e, PushAssignment) and e.worker_id == session.worker_id for e in t.effects):
-                self.metrics.slot_refill.observe(time.perf_counter() - received)
+            if refill:
+                self._observe_refills(session, (t,), received)
 
         try:
             self.actor.submit(Request(make=make, done=done))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from common.fastinit import fast_init_all
 from common.fastpickle import fast_pickle
 from common.ids import Digest, is_digest
-from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, SCORE_ABS_MAX
+from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, RETRY_AFTER_MS_MAX, SCORE_ABS_MAX
 
 
 class Execution(enum.IntEnum):
@@ -55,6 +55,7 @@ class Status(enum.IntEnum):
     SUBJECT_FAILED = 2  # selectable, the subject failed: a measured outcome
     INFRA_FAILED = 3  # not selectable; the environment failed or never started the subject
     INDETERMINATE = 4  # not selectable; what happened is not known well enough
+    THROTTLED = 5  # not selectable and not an attempt: the model provider refused or was overloaded
 
 
 @fast_pickle
@@ -93,6 +94,11 @@ class Report:
     detail: str = ""  # a short human line: why the subject failed, what the verifier said
     artifacts: tuple[ArtifactRef, ...] = ()
     unavailable: tuple[ArtifactUnavailable, ...] = ()
+    # The model provider refused the subject's request (rate limit, overload): what it said, in
+    # one line; empty when it did not. A throttled attempt is never scored and never counts
+    # against maxAttemptsPerCell (coordinator/core/providers.py).
+    throttled: str = ""
+    retry_after_ms: int = 0  # the provider's Retry-After, 0 when it gave none
 
 
 def is_selectable(r: Report) -> bool:
@@ -101,12 +107,15 @@ def is_selectable(r: Report) -> bool:
         and r.verification == Verification.VALID
         and r.cleanup == Cleanup.CONFIRMED
         and not r.environment_failure
+        and not r.throttled
     )
 
 
 def expected_status(r: Report) -> Status:
     if is_selectable(r):
         return Status.COMPLETED if r.execution == Execution.COMPLETED else Status.SUBJECT_FAILED
+    if r.throttled:
+        return Status.THROTTLED
     if r.environment_failure or r.execution == Execution.NOT_STARTED:
         return Status.INFRA_FAILED
     return Status.INDETERMINATE
@@ -143,6 +152,17 @@ def evidence_problem(r: Report) -> str:
         return "complete usage without a cost"
     if len(r.environment_failure) > ID_CHARS_MAX:
         return "environment failure reason too long"
+    if r.throttled or r.retry_after_ms:
+        if not r.throttled:
+            return "a retry-after without a throttled reason"
+        if len(r.throttled) > ID_CHARS_MAX:
+            return "throttled reason too long"
+        if r.verification == Verification.VALID:
+            return "a throttled attempt with a verdict: a throttled attempt is never scored"
+        if r.environment_failure:
+            return "a throttled attempt with an environment failure"
+        if not 0 <= r.retry_after_ms <= RETRY_AFTER_MS_MAX:
+            return f"retry_after_ms must be between 0 and {RETRY_AFTER_MS_MAX}"
     if not r.artifacts and not r.unavailable:
         return ""
     if len(r.artifacts) + len(r.unavailable) > ARTIFACTS_PER_REPORT_MAX:

@@ -21,6 +21,21 @@ RETRY_BACKOFF_MS_DEFAULT = 1_000
 STREAM_END_GRACE_MS_DEFAULT = 1_500
 RETRY_BACKOFF_MAX_MS_DEFAULT = 60_000
 MAX_ATTEMPTS_PER_CELL_DEFAULT = 3
+# Model providers (coordinator/core/providers.py). A throttled attempt is not an attempt, but a
+# provider that never admits the cell must end it: after this many throttled attempts of one
+# cell it is incomplete, "provider throttled". With the provider's usual Retry-After of seconds
+# to a minute, 20 tries wait out an outage of minutes to a quarter of an hour.
+MAX_THROTTLED_ATTEMPTS_PER_CELL_DEFAULT = 20
+MAX_THROTTLED_ATTEMPTS_PER_CELL_MAX = 10_000
+THROTTLE_RETRY_AFTER_MS_DEFAULT = 1_000  # a throttled attempt whose provider named no Retry-After
+RETRY_AFTER_MS_MAX = 3_600_000  # a Retry-After past an hour is read as an hour
+# A named provider without a declared limit starts here and doubles its way up (slow start)
+# until the first throttled attempt; after that it grows by one cell per PROVIDER_PROBE_FACTOR
+# times its limit in attempts that were not throttled.
+PROVIDER_INITIAL_CELLS = 8
+PROVIDER_PROBE_FACTOR = 4
+PROVIDER_CELLS_MAX = 1 << 20
+PROVIDERS_PER_RUN_MAX = 64
 # A group deadline is derived from the budget: subject and verifier time, times a factor for
 # the setup and cleanup the budget does not cover, plus a fixed slack.
 GROUP_DEADLINE_FACTOR = 2

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from common import limits
-from common.spec import ExperimentSpec, SpecError, canonical_json
+from common.spec import ID_PATTERN, ExperimentSpec, SpecError, canonical_json
 
 
 ENVIRONMENT_MATCHES = ("worker", "cell")
@@ -19,11 +19,32 @@ ENVIRONMENT_MATCHES = ("worker", "cell")
 # record, the input of a run id) leaves it out. Fixed for ever once released: a new default for
 # new runs goes to common.limits, and a policy at it then writes the field out.
 ADDED_LATER: dict[str, Any] = {"environment_match": "worker", "order_from": "",
-                               "stream_end_grace_ms": 1_500}  # name -> its value when absent
+                               "stream_end_grace_ms": 1_500, "providers": (),
+                               "max_throttled_attempts_per_cell": 20,
+                               "max_observed_cost_usd": 0.0}  # name -> its value when absent
 # Defaults a field had in earlier releases. A run frozen under one of them is the same run as
 # the same document submitted today, at today's default: resubmitting it resumes the run with
 # the policy it was frozen with (`Policy.resumes`), instead of refusing it as another policy.
 FORMER_DEFAULTS: dict[str, tuple[Any, ...]] = {"stream_end_grace_ms": (3_000,)}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderLimit:
+    """`providers.NAME` of a policy: a model provider (or one key of it) the run's subjects use."""
+
+    name: str
+    # Cells running at once against the provider, across every worker and every run on the
+    # coordinator; 0: not declared (the core finds it from throttling, coordinator/core/providers.py).
+    max_concurrent_cells: int = 0
+    subjects: tuple[str, ...] = ()  # subjects mapped to it here, for a spec that does not name it
+
+    def document(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.max_concurrent_cells:
+            out["maxConcurrentCells"] = self.max_concurrent_cells
+        if self.subjects:
+            out["subjects"] = list(self.subjects)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +70,12 @@ class Policy:
     # long to come back before its groups are redispatched; silence keeps the suspicion and
     # expiry above. 0: a stream end is treated like silence.
     stream_end_grace_ms: int = limits.STREAM_END_GRACE_MS_DEFAULT
+    # Model providers by name, sorted: their fleet-wide limits and the subjects mapped to them.
+    providers: tuple[ProviderLimit, ...] = ()
+    # A cell whose attempts the provider throttled this often is incomplete ("provider throttled").
+    max_throttled_attempts_per_cell: int = limits.MAX_THROTTLED_ATTEMPTS_PER_CELL_DEFAULT
+    # The run pauses when its known observed cost reaches this many dollars; 0: no cap.
+    max_observed_cost_usd: float = 0.0
 
     def canonical(self) -> str:
         return canonical_json(self.document())
@@ -56,8 +83,17 @@ class Policy:
     def document(self) -> dict[str, Any]:
         # Fields added after the first release are left out at their default, so that adding
         # a field never changes the id of a run that does not use it.
-        return {_camel(f.name): getattr(self, f.name) for f in fields(self)
-                if f.name not in ADDED_LATER or getattr(self, f.name) != ADDED_LATER[f.name]}
+        out = {_camel(f.name): getattr(self, f.name) for f in fields(self)
+               if f.name not in ADDED_LATER or getattr(self, f.name) != ADDED_LATER[f.name]}
+        if "providers" in out:
+            out["providers"] = {p.name: p.document() for p in self.providers}
+        return out
+
+    def provider_limit(self, name: str) -> ProviderLimit | None:
+        for p in self.providers:
+            if p.name == name:
+                return p
+        return None
 
     def resumes(self, frozen: Policy) -> bool:
         """Whether this policy, just parsed from a resubmitted document, names the run frozen
@@ -98,7 +134,10 @@ _BOUNDS: dict[str, tuple[int, int]] = {
     "group_memory_mb": (0, 1 << 30),
     "group_deadline_ms": (0, 30 * 24 * 3600_000),
     "stream_end_grace_ms": (0, 7 * 24 * 3600_000),
+    "max_throttled_attempts_per_cell": (1, limits.MAX_THROTTLED_ATTEMPTS_PER_CELL_MAX),
 }
+COST_USD_MAX = 1e9
+PROVIDER_FIELDS = {"maxConcurrentCells", "subjects"}
 
 
 def _document(text: str | bytes) -> Any:
@@ -136,6 +175,12 @@ def parse_policy(document: Any) -> Policy:
         elif name == "order_from":
             if not isinstance(value, str) or len(value) > limits.ID_CHARS_MAX:
                 raise SpecError(f"policy.{key}", f"must be a run id (a string of at most {limits.ID_CHARS_MAX} characters)")
+        elif name == "providers":
+            value = _providers(value, f"policy.{key}")
+        elif name == "max_observed_cost_usd":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= COST_USD_MAX:
+                raise SpecError(f"policy.{key}", f"must be a number of dollars between 0 and {COST_USD_MAX:g} (0: no cap)")
+            value = float(value)
         elif name == "environment_match":
             if value not in ENVIRONMENT_MATCHES:
                 raise SpecError(f"policy.{key}", f"must be one of {', '.join(ENVIRONMENT_MATCHES)}")
@@ -152,6 +197,38 @@ def parse_policy(document: Any) -> Policy:
     if policy.retry_backoff_max_ms < policy.retry_backoff_ms:
         raise SpecError("policy.retryBackoffMaxMs", "must be at least retryBackoffMs")
     return policy
+
+
+def _providers(value: Any, path: str) -> tuple[ProviderLimit, ...]:
+    if not isinstance(value, dict):
+        raise SpecError(path, 'must be an object of providers by name, e.g. {"openai": {"maxConcurrentCells": 8}}')
+    if len(value) > limits.PROVIDERS_PER_RUN_MAX:
+        raise SpecError(path, f"at most {limits.PROVIDERS_PER_RUN_MAX} providers")
+    out = []
+    mapped: dict[str, str] = {}
+    for name in sorted(value):
+        where = f"{path}.{name}"
+        if len(name) > limits.ID_CHARS_MAX or not ID_PATTERN.match(name):
+            raise SpecError(where, f"{name!r} is not a provider name (letters, digits, '.', '_', '-')")
+        body = value[name]
+        if not isinstance(body, dict):
+            raise SpecError(where, "must be an object")
+        unknown = sorted(set(body) - PROVIDER_FIELDS)
+        if unknown:
+            raise SpecError(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(PROVIDER_FIELDS))})")
+        cells = body.get("maxConcurrentCells", 0)
+        if isinstance(cells, bool) or not isinstance(cells, int) or not 1 <= cells <= limits.PROVIDER_CELLS_MAX:
+            if "maxConcurrentCells" in body:
+                raise SpecError(f"{where}.maxConcurrentCells", f"must be an integer between 1 and {limits.PROVIDER_CELLS_MAX}")
+        subjects = body.get("subjects", [])
+        if not isinstance(subjects, list) or not all(isinstance(s, str) and ID_PATTERN.match(s) for s in subjects):
+            raise SpecError(f"{where}.subjects", "must be a list of subject ids")
+        for s in subjects:
+            if s in mapped:
+                raise SpecError(f"{where}.subjects", f"subject {s!r} is also mapped to provider {mapped[s]!r}")
+            mapped[s] = name
+        out.append(ProviderLimit(name, cells, tuple(subjects)))
+    return tuple(out)
 
 
 def group_deadline_for(spec: ExperimentSpec, policy: Policy) -> int:

@@ -36,20 +36,20 @@ EXECUTION_FIELDS = {"maxConcurrentTaskGroups"}
 KIND_FIELDS: dict[str, dict[str, set[str]]] = {
     "command": {
         "executor": {"kind"},
-        "subject": {"id", "command", "args", "credentials", "description"},
+        "subject": {"id", "command", "args", "credentials", "description", "provider"},
         "verifier": {"command", "args", "timeoutSeconds"},
         "task": {"id", "input", "dir", "metadata"},
     },
     "python": {
         "executor": {"kind"},
-        "subject": {"id", "callable", "params", "credentials", "description"},
+        "subject": {"id", "callable", "params", "credentials", "description", "provider"},
         "verifier": {"callable", "params", "timeoutSeconds"},
         "task": {"id", "input", "dir", "metadata"},
     },
     "harbor": {
         "executor": {"kind", "environment", "harborVersion", "python"},
         "subject": {"id", "agent", "agentImportPath", "model", "agentKwargs", "credentials",
-                    "description"},
+                    "description", "provider"},
         "verifier": {"timeoutSeconds"},
         "task": {"id", "path", "metadata"},
     },
@@ -85,6 +85,10 @@ class Task:
 class Subject:
     id: SubjectId
     credentials: tuple[str, ...] = ()
+    # The model provider (and key) the subject's requests go to, e.g. "openai" or
+    # "openai.team-b": cells of subjects naming one provider share its fleet-wide limit
+    # (policy `providers`). Empty: the policy may map the subject; else it shares "default".
+    provider: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +228,8 @@ def parse_spec(document: Any) -> ExperimentSpec:
             _str_list(s["args"], f"{path}.args")
         if "callable" in s:
             _callable(s["callable"], f"{path}.callable")
-        subjects.append(Subject(SubjectId(sid), creds))
+        provider = _id(s["provider"], f"{path}.provider") if "provider" in s else ""
+        subjects.append(Subject(SubjectId(sid), creds, provider))
 
     tasks_raw = doc["tasks"]
     if not isinstance(tasks_raw, list) or not tasks_raw:

@@ -130,13 +130,13 @@ _REPORT_ENUMS: dict[str, type] = {
 _REPORT_MEMBERS = tuple((name, _members(enum_type)) for name, enum_type in _REPORT_ENUMS.items())
 _REPORT_OPTIONAL_INTS = ("input_tokens", "output_tokens", "cached_tokens")
 _REPORT_OPTIONAL_FLOATS = ("score", "cost_usd")
-_REPORT_INTS = ("started_ms", "finished_ms")
-_REPORT_STRS = ("environment_failure", "detail")
+_REPORT_INTS = ("started_ms", "finished_ms", "retry_after_ms")
+_REPORT_STRS = ("environment_failure", "detail", "throttled")
 _STATUS_OF, _EXECUTION_OF, _VERIFICATION_OF, _USAGE_OF, _CLEANUP_OF = (members for _, members in _REPORT_MEMBERS)
 # report_from_proto passes the fields by position, in the dataclass's order.
 _REPORT_ORDER = ("status", "execution", "verification", "usage", "cleanup", "score", "environment_failure",
                  "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "started_ms", "finished_ms",
-                 "detail", "artifacts", "unavailable")
+                 "detail", "artifacts", "unavailable", "throttled", "retry_after_ms")
 if tuple(f.name for f in fields(Report)) != _REPORT_ORDER:
     raise ImportError("common.evidence.Report's fields moved: mend logcodec.report_from_proto")
 
@@ -211,7 +211,8 @@ def report_from_proto(msg: common_pb2.Report) -> Report:
         msg.started_ms, msg.finished_ms, msg.detail,
         tuple(ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in artifacts)
         if artifacts else (),
-        tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else ())
+        tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else (),
+        msg.throttled, msg.retry_after_ms)
 
 
 # ---- spec and policy ------------------------------------------------------------------------

@@ -48,6 +48,8 @@ def report_to_proto(r: Report) -> common_pb2.Report:
         started_ms=r.started_ms,
         finished_ms=r.finished_ms,
         detail=r.detail,
+        throttled=r.throttled,
+        retry_after_ms=r.retry_after_ms,
     )
     # Assigning an optional field sets its presence: only known values are assigned.
     if r.score is not None:
@@ -93,6 +95,8 @@ def report_from_proto(m: common_pb2.Report) -> Report:
         detail=m.detail,
         artifacts=tuple(ArtifactRef(a.name, Digest(a.digest), a.size_bytes) for a in m.artifacts),
         unavailable=tuple(ArtifactUnavailable(u.name, u.reason) for u in m.unavailable),
+        throttled=m.throttled,
+        retry_after_ms=m.retry_after_ms,
     )
 
 

@@ -86,6 +86,7 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATUS_SUBJECT_FAILED: _ClassVar[Status]
     STATUS_INFRA_FAILED: _ClassVar[Status]
     STATUS_INDETERMINATE: _ClassVar[Status]
+    STATUS_THROTTLED: _ClassVar[Status]
 
 class AckOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -155,6 +156,7 @@ STATUS_COMPLETED: Status
 STATUS_SUBJECT_FAILED: Status
 STATUS_INFRA_FAILED: Status
 STATUS_INDETERMINATE: Status
+STATUS_THROTTLED: Status
 ACK_OUTCOME_UNSPECIFIED: AckOutcome
 ACK_OUTCOME_ACCEPTED: AckOutcome
 ACK_OUTCOME_DUPLICATE: AckOutcome
@@ -198,7 +200,7 @@ class ArtifactUnavailable(_message.Message):
     def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("status", "execution", "verification", "usage", "cleanup", "score", "environment_failure", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "started_ms", "finished_ms", "detail", "artifacts", "unavailable")
+    __slots__ = ("status", "execution", "verification", "usage", "cleanup", "score", "environment_failure", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "started_ms", "finished_ms", "detail", "artifacts", "unavailable", "throttled", "retry_after_ms")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     VERIFICATION_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +217,8 @@ class Report(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     status: Status
     execution: Execution
     verification: Verification
@@ -231,4 +235,6 @@ class Report(_message.Message):
     detail: str
     artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactRef]
     unavailable: _containers.RepeatedCompositeFieldContainer[ArtifactUnavailable]
-    def __init__(self, status: _Optional[_Union[Status, str]] = ..., execution: _Optional[_Union[Execution, str]] = ..., verification: _Optional[_Union[Verification, str]] = ..., usage: _Optional[_Union[Usage, str]] = ..., cleanup: _Optional[_Union[Cleanup, str]] = ..., score: _Optional[float] = ..., environment_failure: _Optional[str] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., detail: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[ArtifactUnavailable, _Mapping]]] = ...) -> None: ...
+    throttled: str
+    retry_after_ms: int
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., execution: _Optional[_Union[Execution, str]] = ..., verification: _Optional[_Union[Verification, str]] = ..., usage: _Optional[_Union[Usage, str]] = ..., cleanup: _Optional[_Union[Cleanup, str]] = ..., score: _Optional[float] = ..., environment_failure: _Optional[str] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., detail: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[ArtifactUnavailable, _Mapping]]] = ..., throttled: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...

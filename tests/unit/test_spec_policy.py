@@ -327,4 +327,33 @@ def test_a_canonical_text_means_what_it_meant_when_written_whatever_today_s_defa
         assert ("streamEndGraceMs" in policy.canonical()) == (grace != 1_500)
         assert parse_canonical_policy(policy.canonical()) == policy
     # The values an absent field means are fixed for ever: changing one changes stored records.
-    assert ADDED_LATER == {"environment_match": "worker", "order_from": "", "stream_end_grace_ms": 1_500}
+    assert ADDED_LATER == {"environment_match": "worker", "order_from": "", "stream_end_grace_ms": 1_500,
+                           "providers": (), "max_throttled_attempts_per_cell": 20, "max_observed_cost_usd": 0.0}
+
+
+def test_providers_parse_sorted_and_read_back_from_their_canonical_text():
+    policy = parse_policy({"providers": {"zeta": {}, "fake": {"maxConcurrentCells": 6, "subjects": ["a", "b"]}},
+                           "maxThrottledAttemptsPerCell": 3, "maxObservedCostUsd": 2})
+    assert [p.name for p in policy.providers] == ["fake", "zeta"]
+    assert policy.provider_limit("fake").max_concurrent_cells == 6
+    assert policy.provider_limit("zeta").max_concurrent_cells == 0
+    assert policy.max_observed_cost_usd == 2.0
+    assert parse_canonical_policy(policy.canonical()) == policy
+    assert "providers" not in Policy().canonical() and "maxObservedCostUsd" not in Policy().canonical()
+
+
+@pytest.mark.parametrize("document, path", [
+    pytest.param({"providers": []}, "policy.providers", id="not an object"),
+    pytest.param({"providers": {"bad name": {}}}, "policy.providers.bad name", id="bad name"),
+    pytest.param({"providers": {"p": {"maxConcurrentCells": 0}}}, "policy.providers.p.maxConcurrentCells", id="zero"),
+    pytest.param({"providers": {"p": {"maxCells": 3}}}, "policy.providers.p.maxCells", id="unknown field"),
+    pytest.param({"providers": {"p": {"subjects": ["a"]}, "q": {"subjects": ["a"]}}}, "policy.providers.q.subjects",
+                 id="subject mapped twice"),
+    pytest.param({"maxObservedCostUsd": -1}, "policy.maxObservedCostUsd", id="negative cap"),
+    pytest.param({"maxObservedCostUsd": True}, "policy.maxObservedCostUsd", id="boolean cap"),
+    pytest.param({"maxThrottledAttemptsPerCell": 0}, "policy.maxThrottledAttemptsPerCell", id="no throttled attempts"),
+])
+def test_a_bad_provider_policy_names_its_field(document, path):
+    with pytest.raises(SpecError) as e:
+        parse_policy(document)
+    assert e.value.path == path

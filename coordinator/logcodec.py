@@ -304,6 +304,10 @@ def _field_codec(cls: type, fd: FieldDescriptor) -> tuple[Encoder, Decoder]:
     if fd.type == FieldDescriptor.TYPE_INT64 and not fd.is_repeated:
         return (lambda m, v, w: setattr(m, name, _int(v, w)),
                 lambda m, w: getattr(m, name))
+    if fd.type == FieldDescriptor.TYPE_DOUBLE and fd.has_presence and not fd.is_repeated:
+        # optional double: None when absent, never zero.
+        return (lambda m, v, w: None if v is None else setattr(m, name, _float(v, w)),
+                lambda m, w: getattr(m, name) if m.HasField(name) else None)
     # The log schema uses only the kinds above; a new kind needs a codec here first.
     raise AssertionError(f"logcodec has no mapping for {fd.full_name} (type {fd.type})")
 

@@ -104,7 +104,10 @@ def decode_state(data: bytes | list[bytes]) -> State:
 def _fill_added_fields(state: State) -> None:
     """A slotted record pickles only the slots it had; a field added since (with a default)
     is absent from an older snapshot's records and takes its default here."""
-    for run in state.runs.values():
-        for f in fields(run):
-            if not hasattr(run, f.name) and f.default is not MISSING:
-                setattr(run, f.name, f.default)
+    for record in (state, *state.runs.values()):
+        for f in fields(record):
+            if not hasattr(record, f.name):
+                if f.default is not MISSING:
+                    setattr(record, f.name, f.default)
+                elif f.default_factory is not MISSING:
+                    setattr(record, f.name, f.default_factory())

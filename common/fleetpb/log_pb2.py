@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from common.fleetpb import common_pb2 as fleet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x66leet/v1/log.proto\x12\x08\x66leet.v1\x1a\x15\x66leet/v1/common.proto\"\x8a\x15\n\tLogRecord\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0e\n\x06now_ms\x18\x02 \x01(\x03\x12\x39\n\rrun_submitted\x18\n \x01(\x0b\x32 .fleet.v1.LogRecord.RunSubmittedH\x00\x12\x41\n\x11worker_registered\x18\x0b \x01(\x0b\x32$.fleet.v1.LogRecord.WorkerRegisteredH\x00\x12\x39\n\rcell_reported\x18\x0c \x01(\x0b\x32 .fleet.v1.LogRecord.CellReportedH\x00\x12=\n\x0f\x61rtifact_stored\x18\r \x01(\x0b\x32\".fleet.v1.LogRecord.ArtifactStoredH\x00\x12;\n\x0egroup_finished\x18\x0e \x01(\x0b\x32!.fleet.v1.LogRecord.GroupFinishedH\x00\x12\x33\n\nrun_paused\x18\x0f \x01(\x0b\x32\x1d.fleet.v1.LogRecord.RunPausedH\x00\x12\x39\n\rrun_recovered\x18\x10 \x01(\x0b\x32 .fleet.v1.LogRecord.RunRecoveredH\x00\x12\x37\n\x0crun_repaired\x18\x11 \x01(\x0b\x32\x1f.fleet.v1.LogRecord.RunRepairedH\x00\x12\x42\n\x12\x63\x65ll_retry_granted\x18\x12 \x01(\x0b\x32$.fleet.v1.LogRecord.CellRetryGrantedH\x00\x12;\n\x0eworker_drained\x18\x13 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerDrainedH\x00\x12\x35\n\x0bworker_gone\x18\x14 \x01(\x0b\x32\x1e.fleet.v1.LogRecord.WorkerGoneH\x00\x12I\n\x15\x63oordinator_recovered\x18\x15 \x01(\x0b\x32(.fleet.v1.LogRecord.CoordinatorRecoveredH\x00\x12?\n\x10worker_suspected\x18\x16 \x01(\x0b\x32#.fleet.v1.LogRecord.WorkerSuspectedH\x00\x12;\n\x0eworker_resumed\x18\x17 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerResumedH\x00\x12;\n\x0eworker_expired\x18\x18 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerExpiredH\x00\x12\x39\n\rtime_advanced\x18\x19 \x01(\x0b\x32 .fleet.v1.LogRecord.TimeAdvancedH\x00\x12N\n\x18run_environment_measured\x18\x1a \x01(\x0b\x32*.fleet.v1.LogRecord.RunEnvironmentMeasuredH\x00\x12>\n\x10run_pin_released\x18\x1b \x01(\x0b\x32\".fleet.v1.LogRecord.RunPinReleasedH\x00\x12\x35\n\x0bworker_lost\x18\x1e \x01(\x0b\x32\x1e.fleet.v1.LogRecord.WorkerLostH\x00\x1a\xd3\x01\n\x0cRunSubmitted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04spec\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12@\n\x08manifest\x18\x04 \x03(\x0b\x32..fleet.v1.LogRecord.RunSubmitted.ManifestEntry\x12\x13\n\x0bworker_keys\x18\x05 \x03(\t\x12\r\n\x05order\x18\x14 \x03(\x03\x1a/\n\rManifestEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\xc6\x02\n\x10WorkerRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\x12\r\n\x05slots\x18\x03 \x01(\x03\x12\x16\n\x0e\x65nvironment_id\x18\x04 \x01(\t\x12\x12\n\ncpu_millis\x18\x05 \x01(\x03\x12\x11\n\tmemory_mb\x18\x06 \x01(\x03\x12\r\n\x05owned\x18\x07 \x03(\t\x12\x10\n\x08\x62uffered\x18\x08 \x03(\t\x12\x1b\n\x13\x63\x65ll_environment_id\x18\t \x01(\t\x12J\n\x0b\x65nvironment\x18\n \x03(\x0b\x32\x35.fleet.v1.LogRecord.WorkerRegistered.EnvironmentEntry\x1a\x32\n\x10\x45nvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x82\x01\n\x0c\x43\x65llReported\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x15\n\rassignment_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12 \n\x06report\x18\x05 \x01(\x0b\x32\x10.fleet.v1.Report\x1a\x34\n\x0e\x41rtifactStored\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x1a\x39\n\rGroupFinished\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rassignment_id\x18\x02 \x01(\t\x1a\x1b\n\tRunPaused\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x1a\x1e\n\x0cRunRecovered\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x1a-\n\x0bRunRepaired\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x1a\x33\n\x10\x43\x65llRetryGranted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x65ll_id\x18\x02 \x01(\t\x1a\"\n\rWorkerDrained\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x1f\n\nWorkerGone\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x16\n\x14\x43oordinatorRecovered\x1a$\n\x0fWorkerSuspected\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerResumed\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerExpired\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x1f\n\nWorkerLost\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x0e\n\x0cTimeAdvanced\x1a\xcd\x01\n\x16RunEnvironmentMeasured\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12J\n\x08measured\x18\x04 \x03(\x0b\x32\x38.fleet.v1.LogRecord.RunEnvironmentMeasured.MeasuredEntry\x1a/\n\rMeasuredEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x0eRunPinReleased\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\tB\t\n\x07\x63ommand\")\n\x08LogEntry\x12\x0e\n\x06record\x18\x01 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x02 \x01(\x07\"<\n\x08Snapshot\x12\x12\n\nlast_index\x18\x01 \x01(\x04\x12\r\n\x05state\x18\x02 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x03 \x01(\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x66leet/v1/log.proto\x12\x08\x66leet.v1\x1a\x15\x66leet/v1/common.proto\"\xc8\x15\n\tLogRecord\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0e\n\x06now_ms\x18\x02 \x01(\x03\x12\x39\n\rrun_submitted\x18\n \x01(\x0b\x32 .fleet.v1.LogRecord.RunSubmittedH\x00\x12\x41\n\x11worker_registered\x18\x0b \x01(\x0b\x32$.fleet.v1.LogRecord.WorkerRegisteredH\x00\x12\x39\n\rcell_reported\x18\x0c \x01(\x0b\x32 .fleet.v1.LogRecord.CellReportedH\x00\x12=\n\x0f\x61rtifact_stored\x18\r \x01(\x0b\x32\".fleet.v1.LogRecord.ArtifactStoredH\x00\x12;\n\x0egroup_finished\x18\x0e \x01(\x0b\x32!.fleet.v1.LogRecord.GroupFinishedH\x00\x12\x33\n\nrun_paused\x18\x0f \x01(\x0b\x32\x1d.fleet.v1.LogRecord.RunPausedH\x00\x12\x39\n\rrun_recovered\x18\x10 \x01(\x0b\x32 .fleet.v1.LogRecord.RunRecoveredH\x00\x12\x37\n\x0crun_repaired\x18\x11 \x01(\x0b\x32\x1f.fleet.v1.LogRecord.RunRepairedH\x00\x12\x42\n\x12\x63\x65ll_retry_granted\x18\x12 \x01(\x0b\x32$.fleet.v1.LogRecord.CellRetryGrantedH\x00\x12;\n\x0eworker_drained\x18\x13 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerDrainedH\x00\x12\x35\n\x0bworker_gone\x18\x14 \x01(\x0b\x32\x1e.fleet.v1.LogRecord.WorkerGoneH\x00\x12I\n\x15\x63oordinator_recovered\x18\x15 \x01(\x0b\x32(.fleet.v1.LogRecord.CoordinatorRecoveredH\x00\x12?\n\x10worker_suspected\x18\x16 \x01(\x0b\x32#.fleet.v1.LogRecord.WorkerSuspectedH\x00\x12;\n\x0eworker_resumed\x18\x17 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerResumedH\x00\x12;\n\x0eworker_expired\x18\x18 \x01(\x0b\x32!.fleet.v1.LogRecord.WorkerExpiredH\x00\x12\x39\n\rtime_advanced\x18\x19 \x01(\x0b\x32 .fleet.v1.LogRecord.TimeAdvancedH\x00\x12N\n\x18run_environment_measured\x18\x1a \x01(\x0b\x32*.fleet.v1.LogRecord.RunEnvironmentMeasuredH\x00\x12>\n\x10run_pin_released\x18\x1b \x01(\x0b\x32\".fleet.v1.LogRecord.RunPinReleasedH\x00\x12\x35\n\x0bworker_lost\x18\x1e \x01(\x0b\x32\x1e.fleet.v1.LogRecord.WorkerLostH\x00\x1a\xd3\x01\n\x0cRunSubmitted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04spec\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12@\n\x08manifest\x18\x04 \x03(\x0b\x32..fleet.v1.LogRecord.RunSubmitted.ManifestEntry\x12\x13\n\x0bworker_keys\x18\x05 \x03(\t\x12\r\n\x05order\x18\x14 \x03(\x03\x1a/\n\rManifestEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\xc6\x02\n\x10WorkerRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\x12\r\n\x05slots\x18\x03 \x01(\x03\x12\x16\n\x0e\x65nvironment_id\x18\x04 \x01(\t\x12\x12\n\ncpu_millis\x18\x05 \x01(\x03\x12\x11\n\tmemory_mb\x18\x06 \x01(\x03\x12\r\n\x05owned\x18\x07 \x03(\t\x12\x10\n\x08\x62uffered\x18\x08 \x03(\t\x12\x1b\n\x13\x63\x65ll_environment_id\x18\t \x01(\t\x12J\n\x0b\x65nvironment\x18\n \x03(\x0b\x32\x35.fleet.v1.LogRecord.WorkerRegistered.EnvironmentEntry\x1a\x32\n\x10\x45nvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x82\x01\n\x0c\x43\x65llReported\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x15\n\rassignment_id\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12 \n\x06report\x18\x05 \x01(\x0b\x32\x10.fleet.v1.Report\x1a\x34\n\x0e\x41rtifactStored\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x1a\x39\n\rGroupFinished\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rassignment_id\x18\x02 \x01(\t\x1a\x1b\n\tRunPaused\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x1a\\\n\x0cRunRecovered\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\"\n\x15max_observed_cost_usd\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x18\n\x16_max_observed_cost_usd\x1a-\n\x0bRunRepaired\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x1a\x33\n\x10\x43\x65llRetryGranted\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x65ll_id\x18\x02 \x01(\t\x1a\"\n\rWorkerDrained\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x1f\n\nWorkerGone\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x16\n\x14\x43oordinatorRecovered\x1a$\n\x0fWorkerSuspected\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerResumed\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\"\n\rWorkerExpired\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x1f\n\nWorkerLost\x12\x11\n\tworker_id\x18\x01 \x01(\t\x1a\x0e\n\x0cTimeAdvanced\x1a\xcd\x01\n\x16RunEnvironmentMeasured\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x03\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12J\n\x08measured\x18\x04 \x03(\x0b\x32\x38.fleet.v1.LogRecord.RunEnvironmentMeasured.MeasuredEntry\x1a/\n\rMeasuredEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x0eRunPinReleased\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\tB\t\n\x07\x63ommand\")\n\x08LogEntry\x12\x0e\n\x06record\x18\x01 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x02 \x01(\x07\"<\n\x08Snapshot\x12\x12\n\nlast_index\x18\x01 \x01(\x04\x12\r\n\x05state\x18\x02 \x01(\x0c\x12\r\n\x05\x63rc32\x18\x03 \x01(\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,7 +40,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._loaded_options = None
   _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_options = b'8\001'
   _globals['_LOGRECORD']._serialized_start=56
-  _globals['_LOGRECORD']._serialized_end=2754
+  _globals['_LOGRECORD']._serialized_end=2816
   _globals['_LOGRECORD_RUNSUBMITTED']._serialized_start=1283
   _globals['_LOGRECORD_RUNSUBMITTED']._serialized_end=1494
   _globals['_LOGRECORD_RUNSUBMITTED_MANIFESTENTRY']._serialized_start=1447
@@ -58,35 +58,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOGRECORD_RUNPAUSED']._serialized_start=2071
   _globals['_LOGRECORD_RUNPAUSED']._serialized_end=2098
   _globals['_LOGRECORD_RUNRECOVERED']._serialized_start=2100
-  _globals['_LOGRECORD_RUNRECOVERED']._serialized_end=2130
-  _globals['_LOGRECORD_RUNREPAIRED']._serialized_start=2132
-  _globals['_LOGRECORD_RUNREPAIRED']._serialized_end=2177
-  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_start=2179
-  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_end=2230
-  _globals['_LOGRECORD_WORKERDRAINED']._serialized_start=2232
-  _globals['_LOGRECORD_WORKERDRAINED']._serialized_end=2266
-  _globals['_LOGRECORD_WORKERGONE']._serialized_start=2268
-  _globals['_LOGRECORD_WORKERGONE']._serialized_end=2299
-  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_start=2301
-  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_end=2323
-  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_start=2325
-  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_end=2361
-  _globals['_LOGRECORD_WORKERRESUMED']._serialized_start=2363
-  _globals['_LOGRECORD_WORKERRESUMED']._serialized_end=2397
-  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_start=2399
-  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_end=2433
-  _globals['_LOGRECORD_WORKERLOST']._serialized_start=2435
-  _globals['_LOGRECORD_WORKERLOST']._serialized_end=2466
-  _globals['_LOGRECORD_TIMEADVANCED']._serialized_start=2468
-  _globals['_LOGRECORD_TIMEADVANCED']._serialized_end=2482
-  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED']._serialized_start=2485
-  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED']._serialized_end=2690
-  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_start=2643
-  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_end=2690
-  _globals['_LOGRECORD_RUNPINRELEASED']._serialized_start=2692
-  _globals['_LOGRECORD_RUNPINRELEASED']._serialized_end=2743
-  _globals['_LOGENTRY']._serialized_start=2756
-  _globals['_LOGENTRY']._serialized_end=2797
-  _globals['_SNAPSHOT']._serialized_start=2799
-  _globals['_SNAPSHOT']._serialized_end=2859
+  _globals['_LOGRECORD_RUNRECOVERED']._serialized_end=2192
+  _globals['_LOGRECORD_RUNREPAIRED']._serialized_start=2194
+  _globals['_LOGRECORD_RUNREPAIRED']._serialized_end=2239
+  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_start=2241
+  _globals['_LOGRECORD_CELLRETRYGRANTED']._serialized_end=2292
+  _globals['_LOGRECORD_WORKERDRAINED']._serialized_start=2294
+  _globals['_LOGRECORD_WORKERDRAINED']._serialized_end=2328
+  _globals['_LOGRECORD_WORKERGONE']._serialized_start=2330
+  _globals['_LOGRECORD_WORKERGONE']._serialized_end=2361
+  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_start=2363
+  _globals['_LOGRECORD_COORDINATORRECOVERED']._serialized_end=2385
+  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_start=2387
+  _globals['_LOGRECORD_WORKERSUSPECTED']._serialized_end=2423
+  _globals['_LOGRECORD_WORKERRESUMED']._serialized_start=2425
+  _globals['_LOGRECORD_WORKERRESUMED']._serialized_end=2459
+  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_start=2461
+  _globals['_LOGRECORD_WORKEREXPIRED']._serialized_end=2495
+  _globals['_LOGRECORD_WORKERLOST']._serialized_start=2497
+  _globals['_LOGRECORD_WORKERLOST']._serialized_end=2528
+  _globals['_LOGRECORD_TIMEADVANCED']._serialized_start=2530
+  _globals['_LOGRECORD_TIMEADVANCED']._serialized_end=2544
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED']._serialized_start=2547
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED']._serialized_end=2752
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_start=2705
+  _globals['_LOGRECORD_RUNENVIRONMENTMEASURED_MEASUREDENTRY']._serialized_end=2752
+  _globals['_LOGRECORD_RUNPINRELEASED']._serialized_start=2754
+  _globals['_LOGRECORD_RUNPINRELEASED']._serialized_end=2805
+  _globals['_LOGENTRY']._serialized_start=2818
+  _globals['_LOGENTRY']._serialized_end=2859
+  _globals['_SNAPSHOT']._serialized_start=2861
+  _globals['_SNAPSHOT']._serialized_end=2921
 # @@protoc_insertion_point(module_scope)

@@ -95,10 +95,12 @@ class LogRecord(_message.Message):
         run_id: str
         def __init__(self, run_id: _Optional[str] = ...) -> None: ...
     class RunRecovered(_message.Message):
-        __slots__ = ("run_id",)
+        __slots__ = ("run_id", "max_observed_cost_usd")
         RUN_ID_FIELD_NUMBER: _ClassVar[int]
+        MAX_OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
         run_id: str
-        def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+        max_observed_cost_usd: float
+        def __init__(self, run_id: _Optional[str] = ..., max_observed_cost_usd: _Optional[float] = ...) -> None: ...
     class RunRepaired(_message.Message):
         __slots__ = ("run_id", "reason")
         RUN_ID_FIELD_NUMBER: _ClassVar[int]

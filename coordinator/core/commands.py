@@ -140,6 +140,8 @@ class RunPaused:
 class RunRecovered:
     now_ms: int
     run_id: RunId
+    # A new spend cap in dollars (`fleetctl recover --max-cost`); None keeps the run's cap.
+    max_observed_cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

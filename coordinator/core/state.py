@@ -48,6 +48,29 @@ class CellState:
     attempts: list[AttemptId] = field(default_factory=list)
     selected: AttemptId | None = None
     grants: int = 0  # extra attempts granted by an operator (`fleetctl retry`)
+    throttled: int = 0  # attempts the provider throttled: not counted against maxAttemptsPerCell
+
+
+@fast_pickle
+@dataclass(slots=True)
+class ProviderState:
+    """A model provider (or one key of it), shared by every run on the coordinator that names it
+    (coordinator/core/providers.py has the rules). Derived from the log: each field changes only
+    in the step of a durable command, so replay rebuilds it exactly."""
+
+    name: str
+    # Cells allowed to run at once against it now, adapted on throttling; 0: no limit yet (the
+    # unnamed "default" provider, until it throttles).
+    effective: int
+    declared: int = 0  # the smallest maxConcurrentCells of the unsettled runs that declare it; 0: none
+    running: int = 0  # cells of authoritative assignments dispatched against it and not yet reported
+    peak_running: int = 0
+    throttled: int = 0  # throttled attempts, ever
+    retry_after_ms_total: int = 0  # the retry-after those attempts waited, summed
+    slow_start: bool = True  # no throttling seen yet: the limit doubles its way up
+    credit: int = 0  # attempts not throttled since the limit last moved
+    last_throttled_ms: int = 0
+    last_throttled: str = ""  # what the provider said, the last time it throttled
 
 
 @fast_pickle
@@ -177,6 +200,13 @@ class RunState:
     # (its position in `order`) instead of its index, so the heap pops the next in order.
     order: tuple[int, ...] = ()
     rank: tuple[int, ...] = ()  # rank[index]: the inverse of `order`
+    # The provider of each subject, by the subject's index in the spec (from the spec's
+    # `subjects[].provider`, else the policy's mapping, else "default"); () for a run recovered
+    # from a snapshot written before providers: no provider accounting.
+    subject_providers: tuple[str, ...] = ()
+    observed_cost_usd: float = 0.0  # the known cost of every report, late and throttled ones too
+    cost_cap_usd: float = 0.0  # policy maxObservedCostUsd, or the cap a recover set; 0: none
+    pause_reason: str = ""  # why the run is paused: empty for an operator's pause
 
     def ready_key(self, index: int) -> int:
         return self.rank[index] if self.order else index
@@ -256,6 +286,7 @@ class State:
     slots_active: int = 0  # slots of ACTIVE workers: what the fleet offers now
     recovered_ms: int = 0
     recovery_grace_ms: int = 0
+    providers: dict[str, ProviderState] = field(default_factory=dict)
     version: int = 0  # bumped by every durable change; tells `step` whether to log
     soft: Soft = field(default_factory=Soft)
 

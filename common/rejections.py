@@ -50,3 +50,6 @@ class Rejection(enum.IntEnum):
     # Issue 11 (order from history) takes 41-42 (40 went to admin paging).
     ORDER_RUN_IN_PROGRESS = 41  # `orderFrom` names a run that has not settled yet
     ORDER_RUN_OTHER_BENCHMARK = 42  # `orderFrom` names a run of another benchmark name or version
+    # Issue 22 (providers and spend).
+    SPEND_CAP_REACHED = 43  # a recover of a run at its spend cap without a cap above its observed cost
+    PROVIDERS_INVALID = 44  # a subject's provider in the spec contradicts the policy's mapping

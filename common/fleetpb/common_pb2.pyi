@@ -49,6 +49,8 @@ class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECTION_REASON_PAGE_TOKEN_INVALID: _ClassVar[RejectionReason]
     REJECTION_REASON_ORDER_RUN_IN_PROGRESS: _ClassVar[RejectionReason]
     REJECTION_REASON_ORDER_RUN_OTHER_BENCHMARK: _ClassVar[RejectionReason]
+    REJECTION_REASON_SPEND_CAP_REACHED: _ClassVar[RejectionReason]
+    REJECTION_REASON_PROVIDERS_INVALID: _ClassVar[RejectionReason]
 
 class Execution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -134,6 +136,8 @@ REJECTION_REASON_PROTOCOL_UNSUPPORTED: RejectionReason
 REJECTION_REASON_PAGE_TOKEN_INVALID: RejectionReason
 REJECTION_REASON_ORDER_RUN_IN_PROGRESS: RejectionReason
 REJECTION_REASON_ORDER_RUN_OTHER_BENCHMARK: RejectionReason
+REJECTION_REASON_SPEND_CAP_REACHED: RejectionReason
+REJECTION_REASON_PROVIDERS_INVALID: RejectionReason
 EXECUTION_UNSPECIFIED: Execution
 EXECUTION_COMPLETED: Execution
 EXECUTION_SUBJECT_FAILED: Execution

@@ -3,13 +3,18 @@
 Names follow Prometheus conventions: base units (`_seconds`, `_bytes`), counters end in
 `_total`. Counters and histograms are fed by the shell as things happen (commits, acks,
 uploads, events); gauges that describe the core state are refreshed every few seconds by a
-read-only query on the actor thread, never by reading state from another thread.
+read-only query on the actor thread, never by reading state from another thread. The
+providers' throttling counters are totals the core keeps in its state (durable, rebuilt by
+replay), so they are read with that sample too and exposed as they are (`_StateTotals`), not
+counted a second time from events.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from coordinator.core.effects import Emit
 from coordinator.core.state import State, WorkerStatus
@@ -28,6 +33,17 @@ class Sample:
     slots_free: int
     groups_by_state: dict[tuple[str, str], int]  # (run, state) -> count
     cells_by_state: dict[tuple[str, str], int]  # (run, selected|incomplete) -> count
+    providers: dict[str, ProviderSample] = field(default_factory=dict)
+    run_cost_usd: dict[str, tuple[float, float]] = field(default_factory=dict)  # run -> (observed, cap; 0: none)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSample:
+    running: int
+    effective: int  # 0: no limit yet
+    declared: int  # 0: none declared
+    throttled: int  # ever
+    retry_after_ms_total: int
 
 
 def sample(state: State) -> Sample:
@@ -47,7 +63,37 @@ def sample(state: State) -> Sample:
         groups[(run_id, "waiting")] = len(run.groups) - settled - run.active
         cells[(run_id, "selected")] = run.selected_cells  # counted by the core: no walk of a million cells
         cells[(run_id, "incomplete")] = len(run.cells) - run.selected_cells
-    return Sample(workers, busy, free, groups, cells)
+    providers = {name: ProviderSample(p.running, p.effective, p.declared, p.throttled, p.retry_after_ms_total)
+                 for name, p in state.providers.items()}
+    costs = {run_id: (run.observed_cost_usd, run.cost_cap_usd) for run_id, run in state.runs.items()}
+    return Sample(workers, busy, free, groups, cells, providers, costs)
+
+
+class _StateTotals:
+    """Counters whose values are the core's own totals, as of the last sample (a restarted
+    coordinator replays them from its log, so they do not fall back to zero)."""
+
+    def __init__(self) -> None:
+        self.providers: dict[str, ProviderSample] = {}
+
+    def describe(self) -> Iterator[Metric]:
+        return self._families({})
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families(self.providers)
+
+    @staticmethod
+    def _families(providers: dict[str, ProviderSample]) -> Iterator[Metric]:
+        throttled = CounterMetricFamily("fleet_provider_throttled_attempts", "Attempts a provider throttled",
+                                        labels=["provider"])
+        waited = CounterMetricFamily("fleet_provider_retry_after_seconds",
+                                     "The retry-after the throttled attempts of a provider waited, summed",
+                                     labels=["provider"])
+        for name, p in providers.items():
+            throttled.add_metric([name], p.throttled)
+            waited.add_metric([name], p.retry_after_ms_total / 1000)
+        yield throttled
+        yield waited
 
 
 class Metrics:
@@ -77,6 +123,17 @@ class Metrics:
                                   "the process 10 ms or more, by generation", ["generation"],
                                   buckets=LATENCY_BUCKETS_S, registry=r)
         self.artifact_bytes = Counter("fleet_artifact_bytes_stored_total", "Artifact bytes stored", registry=r)
+        self.provider_running = Gauge("fleet_provider_cells_running", "Cells running against a provider",
+                                      ["provider"], registry=r)
+        self.provider_effective = Gauge("fleet_provider_effective_limit_cells", "Cells a provider may run at once "
+                                        "now, adapted on throttling (0: no limit yet)", ["provider"], registry=r)
+        self.provider_declared = Gauge("fleet_provider_declared_limit_cells", "The smallest maxConcurrentCells the "
+                                       "unsettled runs declare for a provider (0: none)", ["provider"], registry=r)
+        self.run_cost = Gauge("fleet_run_observed_cost_usd", "Known cost of every report of a run, as its spend cap "
+                              "counts it", ["run"], registry=r)
+        self.run_cost_cap = Gauge("fleet_run_cost_cap_usd", "Spend cap of a run (0: none)", ["run"], registry=r)
+        self.state_totals = _StateTotals()
+        r.register(self.state_totals)
 
     def serve(self, listen: str) -> int:
         host, _, port = listen.rpartition(":")
@@ -93,6 +150,14 @@ class Metrics:
             self.groups.labels(run, state).set(n)
         for (run, state), n in s.cells_by_state.items():
             self.cells.labels(run, state).set(n)
+        for name, p in s.providers.items():
+            self.provider_running.labels(name).set(p.running)
+            self.provider_effective.labels(name).set(p.effective)
+            self.provider_declared.labels(name).set(p.declared)
+        for run, (observed, cap) in s.run_cost_usd.items():
+            self.run_cost.labels(run).set(observed)
+            self.run_cost_cap.labels(run).set(cap)
+        self.state_totals.providers = s.providers
 
     def events(self, events: list[tuple[Emit, int]]) -> None:
         """Count a batch's events (`Emit`s with their times): one increment per counter and

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import secrets
 import time
 import traceback
@@ -942,7 +943,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         return await self._action(context, lambda now: c.RunPaused(now, RunId(request.run_id)))
 
     async def RecoverRun(self, request: Any, context: Any) -> Any:
-        return await self._action(context, lambda now: c.RunRecovered(now, RunId(request.run_id)))
+        await self._auth(context)
+        # A new spend cap, when given; the core judges it against the run's spend (SPEND_CAP_REACHED).
+        cap = request.max_observed_cost_usd if request.HasField("max_observed_cost_usd") else None
+        if cap is not None and not (math.isfinite(cap) and cap > 0):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{Rejection.MALFORMED_FRAME.name}: "
+                                f"max_observed_cost_usd must be a positive number of dollars, not {cap!r}")
+        t: Transition = await submit(self.actor, make=lambda now: c.RunRecovered(now, RunId(request.run_id), cap))
+        return codec.action_response(t.outcome)
 
     async def RepairRun(self, request: Any, context: Any) -> Any:
         return await self._action(context, lambda now: c.RunRepaired(now, RunId(request.run_id), request.reason))

@@ -55,13 +55,29 @@ def status(state: State, run_id: str | None, now_ms: int, view: int = admin_pb2.
             environment_id=manifest_id(run.manifest) if run.manifest else "", reference_keys=len(run.manifest),
             pin_environment_id=manifest_id(dict(run.pin)) if run.pin is not None else "", pinned_by=run.pinned_by,
             pinned_age_ms=max(0, now_ms - run.pinned_ms) if run.pin is not None else 0,
-            order_from=run.policy.order_from if run.order else ""))
+            order_from=run.policy.order_from if run.order else "",
+            observed_cost_usd=round(run.observed_cost_usd, 9), cost_cap_usd=run.cost_cap_usd,
+            pause_reason=run.pause_reason))
+    out.providers.extend(providers(state, now_ms))
     if view == admin_pb2.WORKERS_VIEW_SUMMARY:
         out.worker_summary.CopyFrom(worker_summary(state, now_ms, shown or WORKERS_SHOWN_DEFAULT))
         if len(state.workers) > listed_max:
             return out
     for wid, w in state.workers.items():
         out.workers.append(_worker_status(state, wid, w, now_ms))
+    return out
+
+
+def providers(state: State, now_ms: int) -> list[admin_pb2.ProviderStatus]:
+    """Every provider, by name: a handful per coordinator, so a row each costs nothing."""
+    out = []
+    for name in sorted(state.providers):
+        p = state.providers[name]
+        out.append(admin_pb2.ProviderStatus(
+            name=name, running=p.running, peak_running=p.peak_running, effective=p.effective, declared=p.declared,
+            throttled=p.throttled, retry_after_ms_total=p.retry_after_ms_total, slow_start=p.slow_start,
+            last_throttled=p.last_throttled,
+            last_throttled_age_ms=max(0, now_ms - p.last_throttled_ms) if p.throttled else 0))
     return out
 
 
@@ -223,7 +239,9 @@ def _walk(state: State, run_id: RunId, at: Position, items_max: int, bytes_max: 
 
 def _results_visit(state: State, run: RunState, group: GroupState, task_id: Any, repetition: int, cid: Any,
                    tally: Tally) -> list:
-    return [_cell_proto(state, visit_cell(state, run, group, task_id, repetition, cid, tally))]
+    cell = _cell_proto(state, visit_cell(state, run, group, task_id, repetition, cid, tally))
+    cell.throttled = run.cells[cid].throttled
+    return [cell]
 
 
 def results_page(state: State, run_id: RunId, at: Position, items_max: int, bytes_max: int,
@@ -245,7 +263,8 @@ def summary_of(state: State, run_id: RunId, tally: Tally) -> admin_pb2.Summary:
         usage_complete=tally.usage_complete, state=RUN_STATES[run_state(run, tally.incomplete > 0)],
         blocked_reason=run.blocked_reason, peak_concurrent_groups=run.peak_active,
         slots_offered=run.peak_slots_offered, late_reports=run.late_reports,
-        selected_cost_usd=round(tally.selected_cost_usd, 9))
+        selected_cost_usd=round(tally.selected_cost_usd, 9),
+        run_observed_cost_usd=round(run.observed_cost_usd, 9), cost_cap_usd=run.cost_cap_usd)
     score_range = run.spec.score_range
     if score_range is not None:
         out.score_range_low, out.score_range_high = score_range

@@ -104,7 +104,7 @@ class GroupCount(_message.Message):
     def __init__(self, state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class RunStatus(_message.Message):
-    __slots__ = ("run_id", "state", "blocked_reason", "group_counts", "cells_selected", "cells_incomplete", "cells_running", "peak_concurrent_groups", "slots_offered", "max_concurrent_groups", "cells_total", "retries", "cells_exhausted", "environment_id", "reference_keys", "pin_environment_id", "pinned_by", "pinned_age_ms", "order_from")
+    __slots__ = ("run_id", "state", "blocked_reason", "group_counts", "cells_selected", "cells_incomplete", "cells_running", "peak_concurrent_groups", "slots_offered", "max_concurrent_groups", "cells_total", "retries", "cells_exhausted", "environment_id", "reference_keys", "pin_environment_id", "pinned_by", "pinned_age_ms", "order_from", "observed_cost_usd", "cost_cap_usd", "pause_reason")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     BLOCKED_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,9 @@ class RunStatus(_message.Message):
     PINNED_BY_FIELD_NUMBER: _ClassVar[int]
     PINNED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     ORDER_FROM_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    COST_CAP_USD_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_REASON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     state: RunState
     blocked_reason: str
@@ -143,7 +146,34 @@ class RunStatus(_message.Message):
     pinned_by: str
     pinned_age_ms: int
     order_from: str
-    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., group_counts: _Optional[_Iterable[_Union[GroupCount, _Mapping]]] = ..., cells_selected: _Optional[int] = ..., cells_incomplete: _Optional[int] = ..., cells_running: _Optional[int] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., max_concurrent_groups: _Optional[int] = ..., cells_total: _Optional[int] = ..., retries: _Optional[int] = ..., cells_exhausted: _Optional[int] = ..., environment_id: _Optional[str] = ..., reference_keys: _Optional[int] = ..., pin_environment_id: _Optional[str] = ..., pinned_by: _Optional[str] = ..., pinned_age_ms: _Optional[int] = ..., order_from: _Optional[str] = ...) -> None: ...
+    observed_cost_usd: float
+    cost_cap_usd: float
+    pause_reason: str
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., group_counts: _Optional[_Iterable[_Union[GroupCount, _Mapping]]] = ..., cells_selected: _Optional[int] = ..., cells_incomplete: _Optional[int] = ..., cells_running: _Optional[int] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., max_concurrent_groups: _Optional[int] = ..., cells_total: _Optional[int] = ..., retries: _Optional[int] = ..., cells_exhausted: _Optional[int] = ..., environment_id: _Optional[str] = ..., reference_keys: _Optional[int] = ..., pin_environment_id: _Optional[str] = ..., pinned_by: _Optional[str] = ..., pinned_age_ms: _Optional[int] = ..., order_from: _Optional[str] = ..., observed_cost_usd: _Optional[float] = ..., cost_cap_usd: _Optional[float] = ..., pause_reason: _Optional[str] = ...) -> None: ...
+
+class ProviderStatus(_message.Message):
+    __slots__ = ("name", "running", "peak_running", "effective", "declared", "throttled", "retry_after_ms_total", "slow_start", "last_throttled", "last_throttled_age_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    PEAK_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SLOW_START_FIELD_NUMBER: _ClassVar[int]
+    LAST_THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    LAST_THROTTLED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    running: int
+    peak_running: int
+    effective: int
+    declared: int
+    throttled: int
+    retry_after_ms_total: int
+    slow_start: bool
+    last_throttled: str
+    last_throttled_age_ms: int
+    def __init__(self, name: _Optional[str] = ..., running: _Optional[int] = ..., peak_running: _Optional[int] = ..., effective: _Optional[int] = ..., declared: _Optional[int] = ..., throttled: _Optional[int] = ..., retry_after_ms_total: _Optional[int] = ..., slow_start: _Optional[bool] = ..., last_throttled: _Optional[str] = ..., last_throttled_age_ms: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id", "refused_run_id", "refused_reason", "refused_differences", "refused_age_ms", "serves_runs")
@@ -184,16 +214,18 @@ class DeadLetterStatus(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("runs", "workers", "dead_letters", "worker_summary")
+    __slots__ = ("runs", "workers", "dead_letters", "worker_summary", "providers")
     RUNS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     WORKER_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    PROVIDERS_FIELD_NUMBER: _ClassVar[int]
     runs: _containers.RepeatedCompositeFieldContainer[RunStatus]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     dead_letters: _containers.RepeatedCompositeFieldContainer[DeadLetterStatus]
     worker_summary: WorkerSummary
-    def __init__(self, runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., dead_letters: _Optional[_Iterable[_Union[DeadLetterStatus, _Mapping]]] = ..., worker_summary: _Optional[_Union[WorkerSummary, _Mapping]] = ...) -> None: ...
+    providers: _containers.RepeatedCompositeFieldContainer[ProviderStatus]
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., dead_letters: _Optional[_Iterable[_Union[DeadLetterStatus, _Mapping]]] = ..., worker_summary: _Optional[_Union[WorkerSummary, _Mapping]] = ..., providers: _Optional[_Iterable[_Union[ProviderStatus, _Mapping]]] = ...) -> None: ...
 
 class GetResultsRequest(_message.Message):
     __slots__ = ("run_id", "page_size", "page_token")
@@ -206,7 +238,7 @@ class GetResultsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class CellResult(_message.Message):
-    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms", "incomplete_detail")
+    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms", "incomplete_detail", "throttled")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REPETITION_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +263,7 @@ class CellResult(_message.Message):
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
     INCOMPLETE_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     task_id: str
     repetition: int
@@ -255,10 +288,11 @@ class CellResult(_message.Message):
     started_ms: int
     finished_ms: int
     incomplete_detail: str
-    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., incomplete_detail: _Optional[str] = ...) -> None: ...
+    throttled: int
+    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., incomplete_detail: _Optional[str] = ..., throttled: _Optional[int] = ...) -> None: ...
 
 class Summary(_message.Message):
-    __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports", "selected_cost_usd", "score_range_low", "score_range_high")
+    __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports", "selected_cost_usd", "run_observed_cost_usd", "cost_cap_usd", "score_range_low", "score_range_high")
     SELECTED_FIELD_NUMBER: _ClassVar[int]
     INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
@@ -269,6 +303,8 @@ class Summary(_message.Message):
     SLOTS_OFFERED_FIELD_NUMBER: _ClassVar[int]
     LATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     SELECTED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    RUN_OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    COST_CAP_USD_FIELD_NUMBER: _ClassVar[int]
     SCORE_RANGE_LOW_FIELD_NUMBER: _ClassVar[int]
     SCORE_RANGE_HIGH_FIELD_NUMBER: _ClassVar[int]
     selected: int
@@ -281,9 +317,11 @@ class Summary(_message.Message):
     slots_offered: int
     late_reports: int
     selected_cost_usd: float
+    run_observed_cost_usd: float
+    cost_cap_usd: float
     score_range_low: float
     score_range_high: float
-    def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ..., selected_cost_usd: _Optional[float] = ..., score_range_low: _Optional[float] = ..., score_range_high: _Optional[float] = ...) -> None: ...
+    def __init__(self, selected: _Optional[int] = ..., incomplete: _Optional[int] = ..., observed_cost_usd: _Optional[float] = ..., usage_complete: _Optional[bool] = ..., state: _Optional[_Union[RunState, str]] = ..., blocked_reason: _Optional[str] = ..., peak_concurrent_groups: _Optional[int] = ..., slots_offered: _Optional[int] = ..., late_reports: _Optional[int] = ..., selected_cost_usd: _Optional[float] = ..., run_observed_cost_usd: _Optional[float] = ..., cost_cap_usd: _Optional[float] = ..., score_range_low: _Optional[float] = ..., score_range_high: _Optional[float] = ...) -> None: ...
 
 class GetResultsResponse(_message.Message):
     __slots__ = ("cells", "summary", "next_page_token", "total_size")
@@ -304,10 +342,12 @@ class PauseRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class RecoverRunRequest(_message.Message):
-    __slots__ = ("run_id",)
+    __slots__ = ("run_id", "max_observed_cost_usd")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_OBSERVED_COST_USD_FIELD_NUMBER: _ClassVar[int]
     run_id: str
-    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    max_observed_cost_usd: float
+    def __init__(self, run_id: _Optional[str] = ..., max_observed_cost_usd: _Optional[float] = ...) -> None: ...
 
 class RepairRunRequest(_message.Message):
     __slots__ = ("run_id", "reason")

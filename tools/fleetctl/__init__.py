@@ -4,7 +4,8 @@
              [--order-from RUN]
     fleetctl ... status [RUN] [--json] [--workers] | results RUN [--json | --csv | --jsonl] [--ci t|bootstrap]
     fleetctl ... watch [RUN]
-    fleetctl ... pause RUN | recover RUN | repair RUN REASON | retry RUN CELL | drain WORKER
+    fleetctl ... pause RUN | recover RUN [--max-cost DOLLARS] | repair RUN REASON | retry RUN CELL
+             | drain WORKER
     fleetctl ... artifact get DIGEST [-o FILE] | backup DEST
     fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)
     fleetctl local SPEC.json --workers N [--slots S] [--html FILE] [--order-from RUN]   (a whole fleet here)

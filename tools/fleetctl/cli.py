@@ -58,8 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", type=Path, help="default: policy.json beside the spec, if any")
     p.add_argument("--html", type=Path, help="when the run ends, write its HTML report (as fleetctl report) here")
     p.add_argument("--order-from", metavar="RUN", help=ORDER_FROM_HELP)
-    for name in ("pause", "recover"):
-        sub.add_parser(name).add_argument("run")
+    sub.add_parser("pause", help="freeze a run's dispatch and expiry").add_argument("run")
+    p = sub.add_parser("recover", help="resume a paused run")
+    p.add_argument("run")
+    p.add_argument("--max-cost", type=float, metavar="DOLLARS",
+                   help="a new spend cap for the run (its policy's maxObservedCostUsd); a run paused at its cap "
+                        "resumes only with a higher one")
     p = sub.add_parser("repair", help="unblock a run after fixing its environment failure")
     p.add_argument("run")
     p.add_argument("reason")

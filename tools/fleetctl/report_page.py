@@ -695,6 +695,19 @@ def _order_fact(run: dict) -> str:
     return f'<dt>dispatch order</dt><dd id="dispatch-order" data-order-from="{esc(source)}">{text}</dd>'
 
 
+def _spend_fact(summary: dict, run: dict) -> str:
+    """The run's spend against its cap: the results' numbers, else the status's (an older
+    coordinator sends neither: the fact is left out rather than shown as $0)."""
+    observed = summary.get("run_observed_cost_usd", run.get("observed_cost_usd"))
+    if observed is None:
+        return ""
+    cap = summary.get("cost_cap_usd", run.get("cost_cap_usd")) or 0.0
+    text = (f"{_usd(observed)} of cap {_usd(cap)} ({100 * observed / cap:.0f}%)" if cap
+            else f"{_usd(observed)} (no spend cap)")
+    return (f'<dt>spend</dt><dd id="spend" data-usd="{float(observed)!r}" data-cap-usd="{float(cap)!r}"'
+            f' data-cap-reached="{"true" if cap and observed >= cap else "false"}">{text}</dd>')
+
+
 def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
     """The whole page; pure (see the module rules)."""
     cells = results["cells"]
@@ -722,18 +735,24 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
                           f'are missing (pass them with <code>--attempts FILE</code>).</p>')
     state = summary.get("state") or run.get("state") or "unspecified"
     blocked = summary.get("blocked_reason") or ""
+    paused = (run.get("pause_reason") or "") if state == "paused" else ""
+    # Throttled attempts are neither outcomes nor attempts: counted apart, from the cells.
+    throttled = sum(int(c.get("throttled") or 0) for c in cells)
     counts = [
         ("count-cells", len(cells), "cells"), ("count-selected", n_selected, "selected"),
         ("count-incomplete", n_incomplete, "incomplete"), ("count-subjects", n_subjects, "subjects"),
         ("count-workers", workers_drawn, "workers used"), ("count-groups", tstats["bars"], "group dispatches drawn"),
         ("count-retried-cells", retried_cells, "cells retried"), ("count-attempts", attempts_total, "attempts"),
         ("count-late", int(summary.get("late_reports") or 0), "late reports"),
+        ("count-throttled", throttled, "throttled attempts"),
     ]
     counts_html = "".join(f'<li><b id="{cid}" data-count="{n}">{n}</b><span class="label">{esc(label)}</span></li>'
                           for cid, n, label in counts)
     facts = (f'<dl class="facts"><dt>state</dt><dd id="run-state" data-state="{esc(state)}">{esc(state)}'
-             + (f' (blocked: {esc(blocked)})' if blocked else "") + "</dd>"
-             f'<dt>concurrency</dt><dd id="concurrency" data-peak="{summary.get("peak_concurrent_groups", 0)}" '
+             + (f' (blocked: {esc(blocked)})' if blocked else "")
+             + (f' (<span id="pause-reason">{esc(paused)}</span>)' if paused else "") + "</dd>"
+             + _spend_fact(summary, run)
+             + f'<dt>concurrency</dt><dd id="concurrency" data-peak="{summary.get("peak_concurrent_groups", 0)}" '
              f'data-cap="{run.get("max_concurrent_groups", "")}" data-slots-offered="{summary.get("slots_offered", 0)}">'
              f'peak {summary.get("peak_concurrent_groups", 0)} groups at once'
              + (f' (cap {run.get("max_concurrent_groups")})' if run.get("max_concurrent_groups") else "")

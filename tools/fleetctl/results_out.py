@@ -50,6 +50,7 @@ class _Listing:
         self.stats: StreamingStats | None = None
         self.summary: dict | None = None
         self._seen: list[dict] = []  # minimal records of cells read before the range was known
+        self.throttled = 0  # throttled attempts of every cell listed: the summary's count is its page's
 
     def cells(self) -> Iterator[dict]:
         for cells, summary in cell_pages(self.pages):
@@ -57,6 +58,7 @@ class _Listing:
                 self.summary = summary
                 self._start(summary.get("score_range"))
             for cell in cells:
+                self.throttled += cell["throttled"]
                 if self.stats is not None:
                     self.stats.add(cell)
                 else:
@@ -64,6 +66,7 @@ class _Listing:
                                                             "score")})
                 yield cell
         assert self.summary is not None, "the listing ended without its summary"
+        self.summary["throttled_attempts"] = self.throttled
 
     def _start(self, score_range: list[float] | None) -> None:
         self.stats = StreamingStats(score_range, bootstrap=self.ci == "bootstrap")

@@ -36,6 +36,7 @@ def results_json(resp: Any) -> dict:
             "started_ms": cell.started_ms if cell.HasField("started_ms") else None,
             "finished_ms": cell.finished_ms if cell.HasField("finished_ms") else None,
             "artifacts": [{"name": a.name, "digest": a.digest, "size_bytes": a.size_bytes} for a in cell.artifacts],
+            "throttled": cell.throttled,
         })
     s = resp.summary
     return {"cells": cells, "summary": {
@@ -44,6 +45,11 @@ def results_json(resp: Any) -> dict:
         "blocked_reason": s.blocked_reason, "peak_concurrent_groups": s.peak_concurrent_groups,
         "slots_offered": s.slots_offered, "late_reports": s.late_reports,
         "selected_cost_usd": s.selected_cost_usd,
+        # What the spend cap counts (every report, throttled ones too), the cap (None: none), and
+        # the throttled attempts of the cells in this response (a paged listing sums its pages:
+        # tools/fleetctl/results_out.py).
+        "run_observed_cost_usd": s.run_observed_cost_usd, "cost_cap_usd": s.cost_cap_usd or None,
+        "throttled_attempts": sum(c["throttled"] for c in cells),
         "score_range": [s.score_range_low, s.score_range_high] if s.HasField("score_range_low") else None}}
 
 
@@ -58,8 +64,11 @@ def status_json(resp: Any) -> dict:
                   "max_concurrent_groups": r.max_concurrent_groups, "order_from": r.order_from or None,
                   "environment": {"reference_id": r.environment_id or None, "reference_keys": r.reference_keys,
                                   "pin_id": r.pin_environment_id or None, "pinned_by": r.pinned_by or None,
-                                  "pinned_age_ms": r.pinned_age_ms if r.pin_environment_id else None}}
+                                  "pinned_age_ms": r.pinned_age_ms if r.pin_environment_id else None},
+                  "observed_cost_usd": r.observed_cost_usd, "cost_cap_usd": r.cost_cap_usd or None,
+                  "pause_reason": r.pause_reason or None}
                  for r in resp.runs],
+        "providers": [provider_json(p) for p in resp.providers],
         "workers": [worker_json(w) for w in resp.workers],
         "dead_letters": [{"worker_id": d.worker_id, "attempt_id": d.attempt_id, "reason": d.reason}
                          for d in resp.dead_letters],
@@ -75,6 +84,45 @@ def worker_json(w: Any) -> dict:
                         "age_ms": w.refused_age_ms,
                         "differences": [{"key": d.key, "run": d.run_value, "worker": d.worker_value}
                                         for d in w.refused_differences]} if w.refused_run_id else None}
+
+
+def provider_json(p: Any) -> dict:
+    """GetStatusResponse.providers: a limit of 0 is None (no limit yet, none declared)."""
+    return {"name": p.name, "running": p.running, "peak_running": p.peak_running, "effective": p.effective or None,
+            "declared": p.declared or None, "throttled": p.throttled, "retry_after_ms_total": p.retry_after_ms_total,
+            "slow_start": p.slow_start, "last_throttled": p.last_throttled or None,
+            "last_throttled_age_ms": p.last_throttled_age_ms if p.throttled else None}
+
+
+def usd(x: float) -> str:
+    return f"${x:.4f}" if abs(x) < 100 else f"${x:,.2f}"
+
+
+def spend_text(observed: float, cap: float | None) -> str:
+    """A run's spend against its cap (policy maxObservedCostUsd, or the last `recover --max-cost`)."""
+    if not cap:
+        return f"spend {usd(observed)} (no cap)"
+    return f"spend {usd(observed)} of cap {usd(cap)} ({100 * observed / cap:.0f}%)"
+
+
+def pause_text(run_id: str, reason: str, capped: bool) -> str:
+    """Why the core paused a run, and the command that resumes it."""
+    again = f"fleetctl recover {run_id} --max-cost DOLLARS" if capped else f"fleetctl recover {run_id}"
+    return f" (paused: {reason} — resume with: {again})"
+
+
+def print_providers(providers: list[dict]) -> None:
+    """The providers table: cells running against each limit, what the runs declare, throttling."""
+    rows = []
+    for p in providers:
+        last = "-"
+        if p["throttled"]:
+            last = f"{age(p['last_throttled_age_ms'] or 0)} ago" + (f": {p['last_throttled']}" if p["last_throttled"] else "")
+        rows.append([p["name"], f"{p['running']}/{p['effective'] or '-'}", p["peak_running"], p["declared"] or "-",
+                     p["throttled"], f"{p['retry_after_ms_total'] / 1000:.1f}s", "yes" if p["slow_start"] else "no",
+                     last])
+    print(table(rows, ["provider", "running/limit", "peak", "declared", "throttled", "retry-after waits",
+                       "slow start", "last throttled"]))
 
 
 def summary_json(s: Any) -> dict:
@@ -172,9 +220,13 @@ def dispatch_order(status: dict, run_id: str) -> dict:
 def print_status(data: dict, list_workers: bool = False) -> None:
     for r in data["runs"]:
         g = r["groups"]
+        cap = r.get("cost_cap_usd")
+        observed = r.get("observed_cost_usd") or 0.0
         print(f"run {r['run_id']}: {r['state']}"
               + (f" (blocked: {r['blocked_reason']} — repair with: fleetctl repair {r['run_id']} "
-                 f"{json.dumps(r['blocked_reason'])})" if r["blocked_reason"] else ""))
+                 f"{json.dumps(r['blocked_reason'])})" if r["blocked_reason"] else "")
+              + (pause_text(r["run_id"], r["pause_reason"], bool(cap) and observed >= cap)
+                 if r.get("pause_reason") and r["state"] == "paused" else ""))
         print(f"  cells {r['cells_selected']}/{r['cells_total']} selected, {r['cells_running']} running, "
               f"{r['cells_incomplete']} incomplete; groups waiting {g.get('waiting', 0)}, "
               f"assigned {g.get('assigned', 0)}, settled {g.get('settled', 0)}; "
@@ -182,6 +234,9 @@ def print_status(data: dict, list_workers: bool = False) -> None:
               f"{r['slots_offered']} slots offered)")
         print("  " + environment_line(r["environment"]))
         print("  dispatch order: " + order_text(r["order_from"]))
+        print("  " + spend_text(observed, cap))
+    if data.get("providers"):
+        print_providers(data["providers"])
     summary = data.get("worker_summary")
     if summary is not None and summary["total"] > len(data["workers"]):
         print_workers_summary(summary)  # the coordinator sent the summary alone
@@ -301,4 +356,7 @@ def print_summary(s: dict) -> None:
     print(f"\n{s['selected']} selected, {s['incomplete']} incomplete; run {s['state']}"
           f"{' (blocked: ' + s['blocked_reason'] + ')' if s['blocked_reason'] else ''}; observed cost "
           f"${s['observed_cost_usd']:.4f}{'' if s['usage_complete'] else ' (usage incomplete: the true cost is higher or unknown)'}"
-          f"; {s['late_reports']} late reports")
+          f"; {s['late_reports']} late reports"
+          + (f"; {spend_text(s['run_observed_cost_usd'], s.get('cost_cap_usd'))}" if "run_observed_cost_usd" in s else "")
+          + (f"; {s['throttled_attempts']} throttled attempts (not counted against maxAttemptsPerCell)"
+             if s.get("throttled_attempts") else ""))

@@ -1,6 +1,7 @@
 """Goal: the command executor turns what real subject and verifier processes do into honest
-evidence; method: run the fixture bench's Python scripts (tests/fixtures/bench) through
-CommandExecutor in temp dirs, one behaviour per test, and check report, artifacts and disk."""
+evidence, a throttled provider included; method: run the fixture bench's Python scripts
+(tests/fixtures/bench, and a throttling subject the tests write) through CommandExecutor in
+temp dirs, one behaviour per test, and check report, artifacts and disk."""
 from __future__ import annotations
 
 import asyncio
@@ -22,6 +23,7 @@ from common.evidence import (
     evidence_problem,
     expected_status,
 )
+from common.limits import ID_CHARS_MAX, RETRY_AFTER_MS_MAX
 from worker.executor import CellJob, CellOutcome, executor_for
 from worker.executor.base import AttemptDirs, safe_name
 from worker.executor.command import CommandExecutor
@@ -368,3 +370,97 @@ def test_a_relative_bench_root_is_made_absolute_for_the_processes(tmp_path: Path
     out = run(job)
     assert out.report.status == Status.COMPLETED
     assert json.loads(text(out, "output/args.json")) == [str(BENCH)]
+
+
+# ---- throttled attempts: exit 75 with throttled.json --------------------------------------
+
+THROTTLING_SUBJECT = '''
+import os, sys
+from pathlib import Path
+code, throttled = int(sys.argv[1]), sys.argv[2]
+out = Path(os.environ["FLEET_OUTPUT_DIR"])
+# The right answer, so that a verifier run by mistake would score it.
+Path("answer.txt").write_text(str(sum(int(x) for x in Path("prompt.txt").read_text().split())))
+if throttled != "-":
+    (out / "throttled.json").write_text(throttled)
+if len(sys.argv) > 3:
+    (out / "usage.json").write_text(sys.argv[3])
+sys.exit(code)
+'''
+
+
+def throttling_job(tmp_path: Path, code: int, throttled: Any, *usage: str, **kwargs: Any) -> CellJob:
+    """A subject that writes `throttled` (JSON-encoded unless a str; "-": no file) as its
+    throttled.json, and usage.json if given, then exits `code`."""
+    script = tmp_path / "throttling.py"
+    script.write_text(THROTTLING_SUBJECT)
+    job = make_job(tmp_path, "unused", **kwargs)
+    text_ = throttled if isinstance(throttled, str) else json.dumps(throttled)
+    subject = {**job.subject, "args": [str(script), str(code), text_, *usage]}
+    return CellJob(**{**{f: getattr(job, f) for f in CellJob.__slots__}, "subject": subject})
+
+
+def test_exit_75_with_throttled_json_is_throttled_unverified_and_keeps_its_usage(tmp_path: Path) -> None:
+    said = {"provider": "openai", "retryAfterSeconds": 30, "message": "Rate limit reached for gpt-4o"}
+    out = run(throttling_job(tmp_path, 75, said, '{"inputTokens": 120, "costUsd": 0.002}'))
+    r = out.report
+    assert (r.status, r.execution, r.verification, r.score) == (
+        Status.THROTTLED, Execution.SUBJECT_FAILED, Verification.NOT_RUN, None)
+    assert r.throttled == "provider openai throttled: Rate limit reached for gpt-4o"
+    assert r.retry_after_ms == 30_000 and r.environment_failure == ""
+    assert (r.usage, r.input_tokens, r.output_tokens, r.cost_usd) == (Usage.PARTIAL, 120, None, 0.002)
+    assert r.cleanup == Cleanup.CONFIRMED
+    assert "verifier.stdout" not in names(out) and "verifier skipped" in r.detail
+    assert {"subject.stdout", "output/throttled.json", "output/usage.json"} <= names(out)
+
+
+@pytest.mark.parametrize("said, retry_after_ms, reason, note", [
+    ({"retryAfterSeconds": 1.5}, 1_500, "provider throttled", ""),
+    ({"provider": "anthropic", "message": "overloaded_error"}, 0, "provider anthropic throttled: overloaded_error", ""),
+    ({}, 0, "provider throttled", ""),
+    ({"retryAfterSeconds": -3}, 0, "provider throttled", "clamped to 0s"),
+    ({"retryAfterSeconds": 10 ** 9}, RETRY_AFTER_MS_MAX, "provider throttled", "clamped to 3600s"),
+    ({"retryAfterSeconds": "soon", "provider": 7}, 0, "provider throttled",
+     "malformed: fields ignored as invalid: provider, retryAfterSeconds"),
+    ({"retryAfterSeconds": True}, 0, "provider throttled", "retryAfterSeconds"),
+    ("not json {", 0, "provider throttled", "throttled.json malformed: not JSON"),
+    ([1, 2], 0, "provider throttled", "throttled.json malformed: not a JSON object"),
+    ("", 0, "provider throttled", "throttled.json malformed: not JSON"),
+])
+def test_a_throttled_json_of_any_shape_with_exit_75_is_throttled(
+        tmp_path: Path, said: Any, retry_after_ms: int, reason: str, note: str) -> None:
+    r = run(throttling_job(tmp_path, 75, said)).report
+    assert (r.status, r.verification, r.score) == (Status.THROTTLED, Verification.NOT_RUN, None)
+    assert (r.retry_after_ms, r.throttled) == (retry_after_ms, reason)
+    assert note in r.detail
+
+
+def test_exit_75_without_throttled_json_is_not_guessed_to_be_throttled(tmp_path: Path) -> None:
+    out = run(throttling_job(tmp_path, 75, "-"))
+    r = out.report
+    assert (r.status, r.execution, r.verification, r.throttled, r.retry_after_ms) == (
+        Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN, "", 0)
+    assert "verifier.stdout" not in names(out) and "throttled.json" not in r.detail
+
+
+@pytest.mark.parametrize("code, status, execution", [
+    (0, Status.COMPLETED, Execution.COMPLETED),
+    (3, Status.SUBJECT_FAILED, Execution.SUBJECT_FAILED),
+])
+def test_throttled_json_beside_another_exit_is_only_mentioned(
+        tmp_path: Path, code: int, status: Status, execution: Execution) -> None:
+    out = run(throttling_job(tmp_path, code, {"retryAfterSeconds": 5, "message": "429"}))
+    r = out.report
+    assert (r.status, r.execution, r.verification, r.score) == (status, execution, Verification.VALID, 1.0)
+    assert (r.throttled, r.retry_after_ms) == ("", 0)
+    assert "throttled.json ignored" in r.detail and "verifier.stdout" in names(out)
+
+
+def test_a_throttled_reason_is_redacted_one_line_and_bounded(tmp_path: Path) -> None:
+    said = {"provider": "openai", "message": f"bad key {SECRET}\nsecond line " + "y" * 400}
+    r = run(throttling_job(tmp_path, 75, said, declared=("FIXTURE_SECRET",),
+                           credentials={"FIXTURE_SECRET": SECRET})).report
+    assert r.status == Status.THROTTLED
+    assert r.throttled.startswith("provider openai throttled: bad key [redacted] second line yyy")
+    assert len(r.throttled) <= ID_CHARS_MAX and "\n" not in r.throttled
+    assert SECRET not in repr(r)

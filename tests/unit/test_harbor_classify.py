@@ -1,14 +1,14 @@
 """Harbor result classification: every kind of trial ending (no result, a kill, a cancel, an
 environment or setup failure, a reward with or without the agent's own exception, a reward
-beside a provider or sandbox failure, verifier errors) maps to the evidence fleet's rules
-expect, and usage is carried as reported, never invented; table-driven, on result.json
-documents shaped like Harbor 0.25.0's."""
+beside a provider or sandbox failure, a throttled provider, verifier errors) maps to the
+evidence fleet's rules expect, and usage is carried as reported, never invented;
+table-driven, on result.json documents shaped like Harbor 0.25.0's."""
 from __future__ import annotations
 
 import pytest
 
-from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, expected_status
-from worker.executor.harbor_classify import classify, reward_of, usage_of
+from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, evidence_problem, expected_status
+from worker.executor.harbor_classify import PROVIDER_FAILED, PROVIDER_THROTTLED, classify, reward_of, usage_of
 
 T0 = "2026-01-01T00:00:00Z"
 E, V, U, C = Execution, Verification, Usage, Cleanup
@@ -35,8 +35,16 @@ def result(*, exc: str | None = None, rewards: dict | None = None, agent: bool =
 
 
 def status_of(c) -> Status:
-    return expected_status(Report(Status.UNSPECIFIED, c.execution, c.verification, c.usage, c.cleanup,
-                                  score=c.score, environment_failure=c.environment_failure))
+    """The status of the report the classification makes; the report must be well formed."""
+    report = Report(Status.UNSPECIFIED, c.execution, c.verification, c.usage, c.cleanup, score=c.score,
+                    environment_failure=c.environment_failure, throttled=c.throttled,
+                    retry_after_ms=c.retry_after_ms)
+    status = expected_status(report)
+    report = Report(status, c.execution, c.verification, c.usage, c.cleanup, score=c.score,
+                    environment_failure=c.environment_failure, throttled=c.throttled,
+                    retry_after_ms=c.retry_after_ms)
+    assert evidence_problem(report) == "", (evidence_problem(report), c)
+    return status
 
 
 # (name, result doc, runner exit, killed, runner error) -> (execution, verification, cleanup,
@@ -54,8 +62,29 @@ CASES = [
      0, False, None, (E.SUBJECT_FAILED, V.VALID, C.CONFIRMED, 0.0, False, Status.SUBJECT_FAILED)),
     ("single reward under another name", result(rewards={"accuracy": 0.5}), 0, False, None,
      (E.COMPLETED, V.VALID, C.CONFIRMED, 0.5, False, Status.COMPLETED)),
-    ("rate limit beside a reward is not a measurement", result(exc="RateLimitError", rewards={"reward": 1.0}), 0,
-     False, None, (E.UNKNOWN, V.NOT_RUN, C.CONFIRMED, None, False, Status.INDETERMINATE)),
+    ("rate limit beside a reward is throttled, not scored", result(exc="RateLimitError", rewards={"reward": 1.0}), 0,
+     False, None, (E.SUBJECT_FAILED, V.NOT_RUN, C.CONFIRMED, None, False, Status.THROTTLED)),
+    ("harbor's rate limit is throttled", result(exc="ApiRateLimitError", verifier=False, message="429 slow down"), 0,
+     False, None, (E.SUBJECT_FAILED, V.NOT_RUN, C.CONFIRMED, None, False, Status.THROTTLED)),
+    ("an overloaded provider is throttled", result(exc="ApiOverloadedError", rewards={"reward": 0.0}), 0, False, None,
+     (E.SUBJECT_FAILED, V.NOT_RUN, C.CONFIRMED, None, False, Status.THROTTLED)),
+    ("an exhausted usage limit is throttled", result(exc="ApiUsageLimitError", verifier=False), 0, False, None,
+     (E.SUBJECT_FAILED, V.NOT_RUN, C.CONFIRMED, None, False, Status.THROTTLED)),
+    ("a generic api error that says 429 is throttled",
+     result(exc="ApiError", verifier=False, message="HTTP 429 Too Many Requests"), 0, False, None,
+     (E.SUBJECT_FAILED, V.NOT_RUN, C.CONFIRMED, None, False, Status.THROTTLED)),
+    ("litellm's overloaded_error is throttled",
+     result(exc="InternalServerError", verifier=False, message='AnthropicException - {"type":"overloaded_error"}'),
+     0, False, None, (E.SUBJECT_FAILED, V.NOT_RUN, C.CONFIRMED, None, False, Status.THROTTLED)),
+    ("a throttled provider before the agent ran", result(exc="RateLimitError", agent=False, verifier=False), 0,
+     False, None, (E.NOT_STARTED, V.NOT_RUN, C.CONFIRMED, None, False, Status.THROTTLED)),
+    ("a rate limit message outside a provider exception is not throttling",
+     result(exc="RuntimeError", verifier=False, message="rate limit of the sandbox"), 0, False, None,
+     (E.UNKNOWN, V.NOT_RUN, C.CONFIRMED, None, False, Status.INDETERMINATE)),
+    ("a connection error is not throttling", result(exc="ApiConnectionError", rewards={"reward": 1.0}), 0, False, None,
+     (E.UNKNOWN, V.NOT_RUN, C.CONFIRMED, None, False, Status.INDETERMINATE)),
+    ("forbidden stays a refusal, not throttling", result(exc="PermissionDeniedError", verifier=False), 0, False, None,
+     (E.UNKNOWN, V.NOT_RUN, C.CONFIRMED, None, True, Status.INFRA_FAILED)),
     ("api error beside a reward is not a measurement", result(exc="ApiInternalServerError", rewards={"reward": 0.0}),
      0, False, None, (E.UNKNOWN, V.NOT_RUN, C.CONFIRMED, None, False, Status.INDETERMINATE)),
     ("network error without a reward", result(exc="NetworkConnectionError", verifier=False), 0, False, None,
@@ -138,7 +167,28 @@ def test_a_step_exception_counts_for_multi_step_trials():
     doc = result(rewards={"reward": 1})
     doc["step_results"] = [{"step_name": "one", "exception_info": {"exception_type": "ApiRateLimitError",
                                                                     "exception_message": "429"}}]
-    assert classify(doc, runner_exit=0, killed=False).execution == E.UNKNOWN
+    c = classify(doc, runner_exit=0, killed=False)
+    assert status_of(c) == Status.THROTTLED and "ApiRateLimitError" in c.throttled
+
+
+def test_a_throttled_trial_names_the_provider_error_and_has_no_retry_after():
+    c = classify(result(exc="ApiRateLimitError", rewards={"reward": 1.0}, message="429 " + "x" * 400,
+                        usage={"n_input_tokens": 10, "n_output_tokens": 2, "cost_usd": 0.5}),
+                 runner_exit=0, killed=False)
+    assert c.throttled.startswith("provider throttled: ApiRateLimitError: 429 xxx")
+    assert len(c.throttled) <= 200 and "\n" not in c.throttled
+    assert (c.retry_after_ms, c.score, c.environment_failure) == (0, None, "")
+    assert c.usage == U.COMPLETE  # what the agent spent before the refusal is still observed cost
+    assert "throttled" in c.detail
+
+
+def test_every_throttled_type_is_a_provider_failure_and_throttled():
+    assert PROVIDER_THROTTLED <= PROVIDER_FAILED
+    for etype in sorted(PROVIDER_THROTTLED):
+        assert status_of(classify(result(exc=etype, verifier=False), runner_exit=0, killed=False)) == Status.THROTTLED
+    for etype in sorted(PROVIDER_FAILED - PROVIDER_THROTTLED):
+        c = classify(result(exc=etype, verifier=False), runner_exit=0, killed=False)
+        assert c.throttled == "" and status_of(c) == Status.INDETERMINATE, etype
 
 
 USAGE_CASES = [

@@ -1,5 +1,6 @@
 """Goal: the python executor turns what in-process subject and verifier callables do into honest
-evidence, cheaply; method: run the fixture module tests/fixtures/bench/toybench.py through
+evidence, a throttled provider included, cheaply; method: run the fixture module
+tests/fixtures/bench/toybench.py (and a throttling module the tests write) through
 PythonExecutor with one behaviour per test, then time a batch of no-op cells."""
 from __future__ import annotations
 
@@ -326,3 +327,96 @@ def test_a_subject_that_never_returns_does_not_hold_the_process_exit(tmp_path: P
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "SUBJECT_FAILED"
     assert time.monotonic() - t0 < 30, "the process waited for the subject's thread"
+
+
+# ---- throttled attempts: an InfrastructureError with throttled.json in the output dir ------
+
+THROTTLING_BENCH = '''
+import json
+
+
+class InfrastructureError(Exception):  # fleet's name, without importing fleet
+    pass
+
+
+def subject(ctx):
+    said = ctx.params.get("throttled")
+    if said is not None:
+        (ctx.output_dir / "throttled.json").write_text(said if isinstance(said, str) else json.dumps(said))
+    how = ctx.params.get("how", "infra")
+    if how == "infra":
+        e = InfrastructureError("HTTP 429 from the provider")
+        if "usage" in ctx.params:
+            e.usage = ctx.params["usage"]
+        raise e
+    if how == "raise":
+        raise ValueError("the subject fell over")
+    return {"answer": 1}
+
+
+def verify(ctx, result):
+    (ctx.output_dir / "verifier-ran.txt").write_text("the verifier ran")
+    return 1.0
+'''
+
+
+@pytest.fixture(scope="module")
+def throttling_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bench root holding throttlebench.py (imported once per process, like any bench module)."""
+    root = tmp_path_factory.mktemp("throttling-bench")
+    (root / "throttlebench.py").write_text(THROTTLING_BENCH)
+    return root
+
+
+def throttling_job(tmp_path: Path, bench: Path, **params: Any) -> CellJob:
+    job = make_job(tmp_path, {"callable": "throttlebench:subject", "params": params},
+                   {"callable": "throttlebench:verify", "params": {}}, task={"id": "t"})
+    return CellJob(**{**{f: getattr(job, f) for f in CellJob.__slots__}, "bench_root": bench})
+
+
+def test_an_infrastructure_error_with_throttled_json_is_throttled_unverified_and_keeps_its_usage(
+        tmp_path: Path, throttling_bench: Path) -> None:
+    said = {"provider": "openai", "retryAfterSeconds": 12.5, "message": "Rate limit reached"}
+    out = run(throttling_job(tmp_path, throttling_bench, throttled=said,
+                             usage={"inputTokens": 40, "outputTokens": 0, "costUsd": 0.001}))
+    r = out.report
+    assert (r.status, r.execution, r.verification, r.score) == (
+        Status.THROTTLED, Execution.SUBJECT_FAILED, Verification.NOT_RUN, None)
+    assert (r.throttled, r.retry_after_ms) == ("provider openai throttled: Rate limit reached", 12_500)
+    assert (r.usage, r.input_tokens, r.output_tokens, r.cost_usd) == (Usage.COMPLETE, 40, 0, 0.001)
+    assert r.cleanup == Cleanup.CONFIRMED and r.environment_failure == ""
+    assert [f.name for f in out.files] == ["output/throttled.json"]  # the verifier wrote nothing: it never ran
+
+
+@pytest.mark.parametrize("said, retry_after_ms, note", [
+    ("{oops", 0, "throttled.json malformed: not JSON"),
+    ({"retryAfterSeconds": "later"}, 0, "fields ignored as invalid: retryAfterSeconds"),
+    ({"retryAfterSeconds": 7200}, 3_600_000, "clamped to 3600s"),
+])
+def test_a_malformed_or_out_of_range_throttled_json_is_still_throttled(
+        tmp_path: Path, throttling_bench: Path, said: Any, retry_after_ms: int, note: str) -> None:
+    r = run(throttling_job(tmp_path, throttling_bench, throttled=said)).report
+    assert (r.status, r.verification, r.throttled, r.retry_after_ms) == (
+        Status.THROTTLED, Verification.NOT_RUN, "provider throttled", retry_after_ms)
+    assert note in r.detail and r.usage == Usage.MISSING
+
+
+def test_an_infrastructure_error_without_throttled_json_is_not_guessed_to_be_throttled(
+        tmp_path: Path, throttling_bench: Path) -> None:
+    r = run(throttling_job(tmp_path, throttling_bench)).report
+    assert (r.status, r.execution, r.verification, r.throttled) == (
+        Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN, "")
+
+
+@pytest.mark.parametrize("how, status, execution", [
+    ("return", Status.COMPLETED, Execution.COMPLETED),
+    ("raise", Status.SUBJECT_FAILED, Execution.SUBJECT_FAILED),
+])
+def test_throttled_json_beside_another_ending_is_only_mentioned(
+        tmp_path: Path, throttling_bench: Path, how: str, status: Status, execution: Execution) -> None:
+    out = run(throttling_job(tmp_path, throttling_bench, how=how, throttled={"message": "429"}))
+    r = out.report
+    assert (r.status, r.execution, r.verification, r.score, r.throttled) == (
+        status, execution, Verification.VALID, 1.0, "")
+    assert "throttled.json ignored" in r.detail
+    assert {f.name for f in out.files} == {"output/throttled.json", "output/verifier-ran.txt"}

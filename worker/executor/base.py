@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import json
 import math
 import os
 import re
@@ -33,7 +34,9 @@ from common.limits import (
     ID_CHARS_MAX,
     REDACT_CHUNK_BYTES,
     REPORT_DETAIL_CHARS_MAX,
+    RETRY_AFTER_MS_MAX,
     SCORE_ABS_MAX,
+    USAGE_FILE_BYTES_MAX,
 )
 
 # Token counts travel as int64 on the wire; anything near that is not a real count.
@@ -193,6 +196,72 @@ def score_of(value: Any) -> float | None:
     if not math.isfinite(score) or abs(score) > SCORE_ABS_MAX:
         return None
     return score
+
+
+# ---- throttling ----------------------------------------------------------------------------
+
+# The file a subject leaves in its output dir, beside the throttled exit (command: 75; python:
+# an InfrastructureError), when the model provider refused its request (docs/configuration.md).
+THROTTLED_FILE = "throttled.json"
+# Like usage.json, it holds a few short fields; anything bigger is not a throttled file.
+THROTTLED_FILE_BYTES_MAX = USAGE_FILE_BYTES_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """What a subject's throttled.json said: the reason for Report.throttled (not yet redacted
+    or bounded: the executor does both, as for every subject string), the Retry-After, and a
+    note for the detail when the file or a field of it was malformed (empty when not)."""
+
+    reason: str
+    retry_after_ms: int
+    note: str
+
+
+def read_throttled(path: Path) -> Throttle | None:
+    """The subject's throttled.json at `path`, or None when there is none.
+
+    {"provider": str, "retryAfterSeconds": number, "message": str}, each optional. A file
+    that is there but malformed still reads as throttled (the subject said so by leaving
+    it): the reason says only that a provider throttled, the Retry-After is 0 (the
+    coordinator's default applies) and the note says what was wrong. A Retry-After outside
+    [0, RETRY_AFTER_MS_MAX] is clamped, with a note."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return Throttle("provider throttled", 0, f"{THROTTLED_FILE} unreadable: {e.strerror or e}")
+    if not stat.S_ISREG(st.st_mode) or st.st_size > THROTTLED_FILE_BYTES_MAX:
+        return Throttle("provider throttled", 0, f"{THROTTLED_FILE} malformed: not a small regular file")
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return Throttle("provider throttled", 0, f"{THROTTLED_FILE} malformed: not JSON")
+    if not isinstance(value, dict):
+        return Throttle("provider throttled", 0, f"{THROTTLED_FILE} malformed: not a JSON object")
+    bad = [key for key in ("provider", "message") if not isinstance(value.get(key, ""), str)]
+    provider = value.get("provider", "") if "provider" not in bad else ""
+    message = value.get("message", "") if "message" not in bad else ""
+    retry_after_ms = 0
+    clamped = ""
+    if "retryAfterSeconds" in value:
+        seconds = value["retryAfterSeconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+            bad.append("retryAfterSeconds")
+        else:
+            wanted = seconds * 1000
+            retry_after_ms = int(min(max(wanted, 0), RETRY_AFTER_MS_MAX))
+            if wanted != retry_after_ms and not 0 <= wanted <= RETRY_AFTER_MS_MAX:
+                clamped = f"retryAfterSeconds {seconds:g} clamped to {retry_after_ms / 1000:g}s"
+    who = " ".join(provider.split())
+    reason = f"provider {who} throttled" if who else "provider throttled"
+    if message.strip():
+        reason += ": " + message
+    notes = [f"{THROTTLED_FILE} malformed: fields ignored as invalid: {', '.join(bad)}"] if bad else []
+    if clamped:
+        notes.append(clamped)
+    return Throttle(reason, retry_after_ms, "; ".join(notes))
 
 
 # ---- credentials --------------------------------------------------------------------------

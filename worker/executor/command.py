@@ -6,7 +6,10 @@ dir, TMPDIR in the attempt dir, the FLEET_* variables) plus, for the subject onl
 declared credentials; nothing else of the worker's environment passes. Exit codes are
 evidence: 0 completed, 75 (EX_TEMPFAIL) an infrastructure failure to retry, 78 (EX_CONFIG)
 a deterministic environment failure, anything else a measured subject failure; a subject
-timeout is a measured failure too, and the verifier still judges what was left. The
+timeout is a measured failure too, and the verifier still judges what was left. Exit 75
+with a throttled.json in the output dir is the model provider refusing the subject (a rate
+limit, an overload): a throttled report, never verified nor scored; the file beside any
+other exit is only mentioned, and exit 75 without it is not guessed to be throttling. The
 verdict is the verifier's last non-empty stdout line, a JSON object with a finite `score`.
 A cancel kills both process groups at once and reports execution UNKNOWN.
 """
@@ -36,6 +39,7 @@ from worker.executor.base import (
     AttemptDirs,
     CellJob,
     CellOutcome,
+    THROTTLED_FILE,
     LocalArtifact,
     Redactor,
     copy_task_dir,
@@ -43,6 +47,7 @@ from worker.executor.base import (
     now_ms,
     one_line,
     output_artifacts,
+    read_throttled,
     remove_tree,
     score_of,
     seal,
@@ -118,6 +123,8 @@ class _Evidence:
     usage: Usage = Usage.MISSING
     usage_fields: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    throttled: str = ""  # the provider's refusal, from throttled.json; redacted and bounded at the end
+    retry_after_ms: int = 0
 
 
 class CommandExecutor:
@@ -262,12 +269,29 @@ class CommandExecutor:
             return False
         if ran.ended is Ended.CANCELLED:
             return False
+        throttle = read_throttled(dirs.output / THROTTLED_FILE)
+        if ran.ended is Ended.EXITED and ran.code == EX_TEMPFAIL and throttle is not None:
+            # The subject ran and the provider refused it: neither a measurement nor the
+            # subject's failure; the coordinator retries it after the Retry-After.
+            ev.execution = Execution.SUBJECT_FAILED
+            ev.throttled, ev.retry_after_ms = throttle.reason, throttle.retry_after_ms
+            ev.notes.append(f"subject exit 75 with {THROTTLED_FILE}: throttled, verifier skipped")
+            if throttle.note:
+                ev.notes.append(throttle.note)
+            return False
         if ran.ended is Ended.TIMEOUT:
             ev.execution = Execution.SUBJECT_FAILED
             ev.notes.append(f"timeout after {job.subject_timeout_s}s")
-            return True
-        code = ran.code
-        assert code is not None
+            verify = True
+        else:
+            assert ran.code is not None
+            verify = self._judge_exit(ran.code, ev, dirs, redactor)
+        if throttle is not None:
+            ev.notes.append(f"{THROTTLED_FILE} ignored: only a subject that exits 75 is throttled")
+        return verify
+
+    def _judge_exit(self, code: int, ev: _Evidence, dirs: AttemptDirs, redactor: Redactor) -> bool:
+        """The evidence of the subject's exit code (not a throttled one); True to verify."""
         if code == 0:
             ev.execution = Execution.COMPLETED
             ev.notes.append("subject completed")
@@ -395,6 +419,8 @@ class CommandExecutor:
             finished_ms=now_ms(),
             detail=one_line(redactor.text("; ".join(ev.notes))),
             unavailable=tuple(unavailable),
+            throttled=one_line(redactor.text(ev.throttled), ID_CHARS_MAX),
+            retry_after_ms=ev.retry_after_ms,
             **ev.usage_fields,
         )
         return CellOutcome(seal(report), tuple(files))

@@ -239,8 +239,10 @@ class HarborExecutor:
         verdict = classify(result, runner_exit=ran.exit, killed=ran.killed,
                            runner_error=runner_out if isinstance(runner_out, Mapping) else None)
         if ran.cancelled and verdict.execution != Execution.UNKNOWN:
-            # Revoked or over its bound: whatever Harbor wrote, this attempt is not a result.
-            verdict = verdict._replace(execution=Execution.UNKNOWN, verification=Verification.NOT_RUN, score=None)
+            # Revoked or over its bound: whatever Harbor wrote, this attempt is not a result
+            # (not even a throttled one: the cancel, not the provider, ended it).
+            verdict = verdict._replace(execution=Execution.UNKNOWN, verification=Verification.NOT_RUN, score=None,
+                                       throttled="", retry_after_ms=0)
         return await self._end(job, dirs, trials_dir / trial_name, redactor, started, verdict, ran, result)
 
     # ---- the runner ------------------------------------------------------------------------
@@ -357,6 +359,8 @@ class HarborExecutor:
             finished_ms=now_ms(),
             detail=one_line(redactor.text("; ".join(n for n in notes if n))),
             unavailable=tuple(unavailable),
+            throttled=one_line(redactor.text(verdict.throttled), ID_CHARS_MAX),
+            retry_after_ms=verdict.retry_after_ms,
             **usage_fields,
         )
         return CellOutcome(seal(report), tuple(files))

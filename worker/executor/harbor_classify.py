@@ -12,7 +12,12 @@ keyed by `ExceptionInfo.exception_type`), regrouped by what they mean for a flee
 - a reward with no exception: COMPLETED and measured; with an exception of the agent's own
   (timeout, exhausted context, refusal, non-zero exit of an installed agent):
   SUBJECT_FAILED and measured. Verification VALID, the reward is the score.
-- a reward next to a model-provider, rate-limit, network or sandbox error: not a
+- the model provider throttled the agent (a rate limit, a usage limit, an overload: by
+  exception type, or a provider exception whose message says 429, 529, rate limit,
+  overloaded or too many requests): throttled, never scored (the reward discarded), retried by the coordinator
+  after the Retry-After without counting as an attempt. Harbor records no Retry-After, so
+  it is 0 (the coordinator's default).
+- a reward next to another model-provider, network or sandbox error: not a
   measurement; retry (execution UNKNOWN, the reward discarded). An authentication or
   model-not-found refusal is this worker's configuration: a deterministic environment
   failure.
@@ -28,9 +33,11 @@ Usage is the agent's reported tokens and cost; what was not reported stays unkno
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping, NamedTuple
 
 from common.evidence import Cleanup, Execution, Usage, Verification
+from common.limits import ID_CHARS_MAX
 from worker.executor.base import TOKENS_MAX, one_line, score_of
 
 # The runner's exit codes (harbor_runner.py).
@@ -55,6 +62,16 @@ PROVIDER_FAILED = frozenset({
     "BadRequestError", "UnprocessableEntityError", "UnsupportedParamsError",
     "APIResponseValidationError", "BudgetExceededError",
 })
+# Of those, the provider refusing for now (a rate limit, an account's usage limit, an
+# overload): throttled, retried after the provider's wait, never counted as an attempt.
+PROVIDER_THROTTLED = frozenset({
+    "ApiRateLimitError", "ApiOverloadedError", "RateLimitError", "ApiUsageLimitError",
+})
+assert PROVIDER_THROTTLED <= PROVIDER_FAILED
+# A generic provider exception whose message says it was throttled: Harbor's agents wrap
+# some as ApiError or UnknownApiError, and litellm reports Anthropic's 529 "overloaded_error"
+# as an InternalServerError.
+THROTTLED_MESSAGE = re.compile(r"\b429\b|\b529\b|rate[ _-]?limit|overloaded|too many requests", re.IGNORECASE)
 # The provider refused this worker's credentials or model: every cell would fail alike.
 PROVIDER_REFUSED = frozenset({
     "AgentAuthenticationError", "ModelNotFoundError", "ApiProviderResourceNotFoundError",
@@ -89,6 +106,8 @@ class Classified(NamedTuple):
     score: float | None
     environment_failure: str
     detail: str
+    throttled: str = ""  # the provider throttled the agent: what it said (Report.throttled)
+    retry_after_ms: int = 0  # Harbor's result carries none
 
 
 def _exception(result: Mapping) -> tuple[str, str]:
@@ -202,6 +221,11 @@ def classify(result_json: Mapping | None, *, runner_exit: int | None, killed: bo
     if etype in PROVIDER_REFUSED:
         return out(Execution.UNKNOWN if agent_started else Execution.NOT_STARTED, Verification.NOT_RUN,
                    "model provider refused the agent", environment_failure=f"model provider refused: {said}")
+    if etype in PROVIDER_THROTTLED or (etype in PROVIDER_FAILED and THROTTLED_MESSAGE.search(message)):
+        # The agent ran (its requests were what the provider refused) unless Harbor says not.
+        reason = one_line(f"provider throttled: {said}", ID_CHARS_MAX)
+        return out(Execution.SUBJECT_FAILED if agent_started else Execution.NOT_STARTED, Verification.NOT_RUN,
+                   f"model provider throttled the agent: {said}")._replace(throttled=reason)
     if not agent_started:
         return out(Execution.NOT_STARTED, Verification.NOT_RUN,
                    f"agent never started: {said or 'no exception recorded'}")

@@ -5,7 +5,10 @@ Rules. Callables are `module:function` imported from the bench root (added to sy
 once per root, after the worker's own paths so a bench module cannot shadow the standard
 library); an import failure is a deterministic environment failure. The subject runs in a
 worker thread as `fn(ctx)`; returning is COMPLETED, raising is SUBJECT_FAILED, raising an
-exception named `InfrastructureError` is UNKNOWN (retried). A timeout is a measured
+exception named `InfrastructureError` is UNKNOWN (retried). Raising it after writing
+throttled.json into `ctx.output_dir` is the command executor's exit 75 with that file: the
+model provider refused the subject, a throttled report, never verified nor scored (the
+exception's `usage` attribute, if any, is its usage). A timeout is a measured
 failure, but a thread cannot be killed, so it may still be running: the detail says so.
 The verifier runs as `fn(ctx, subject_result)` and returns a number or {"score": x}.
 No subprocess and no file per cell unless the callables write into `ctx.output_dir`.
@@ -33,6 +36,7 @@ from common.evidence import ArtifactUnavailable, Cleanup, Execution, Report, Sta
 from common.limits import ARTIFACTS_PER_REPORT_MAX, CELL_THREADS_MAX, ID_CHARS_MAX
 from common.spec import VERIFIER_TIMEOUT_SECONDS_DEFAULT
 from worker.executor.base import (
+    THROTTLED_FILE,
     AttemptDirs,
     CancelEvent,
     CellJob,
@@ -44,6 +48,7 @@ from worker.executor.base import (
     now_ms,
     one_line,
     output_artifacts,
+    read_throttled,
     remove_tree,
     score_of,
     seal,
@@ -56,7 +61,10 @@ INFRASTRUCTURE_ERROR_NAME = "InfrastructureError"
 class InfrastructureError(Exception):
     """Raise from a subject when the infrastructure failed, not the subject (a provider
     outage, a lost connection to a sandbox): the attempt is UNKNOWN and the cell is retried.
-    Benchmarks that cannot import fleet may define their own class of this name."""
+    Raised after writing `ctx.output_dir / "throttled.json"`, the provider throttled the
+    subject (docs/configuration.md); a `usage` attribute (the dict a subject returns as its
+    "usage") is the usage observed before the refusal. Benchmarks that cannot import fleet
+    may define their own class of this name."""
 
 
 class CellContext:
@@ -307,6 +315,8 @@ class _Evidence:
     usage: Usage = Usage.MISSING
     usage_fields: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    throttled: str = ""  # the provider's refusal, from throttled.json; redacted and bounded at the end
+    retry_after_ms: int = 0
 
 
 class PythonExecutor:
@@ -392,6 +402,23 @@ class PythonExecutor:
                             "the subject may still be running)")
         else:
             ok, value = got
+            throttle = read_throttled(dirs.output / THROTTLED_FILE) if not ok and _is_infrastructure_error(value) \
+                else None
+            if throttle is not None:
+                # The provider refused the subject: neither a measurement nor the subject's
+                # failure; the verifier was not started (_subject_then_verifier).
+                ev.execution = Execution.SUBJECT_FAILED
+                ev.throttled, ev.retry_after_ms = throttle.reason, throttle.retry_after_ms
+                ev.notes.append(f"subject raised {type(value).__name__} with {THROTTLED_FILE}: throttled, "
+                                "verifier skipped")
+                if throttle.note:
+                    ev.notes.append(throttle.note)
+                said = getattr(value, "usage", None)
+                if said is not None:
+                    ev.usage, ev.usage_fields, note = usage_fields(said)
+                    if note:
+                        ev.notes.append(note)
+                return await self._finish_async(ev, dirs, redactor, started)
             if ok:
                 ev.execution = Execution.COMPLETED
                 ev.notes.append("subject completed")
@@ -408,6 +435,8 @@ class PythonExecutor:
                 ev.execution = Execution.SUBJECT_FAILED
                 ev.notes.append(f"subject raised {type(value).__name__}: {value}")
 
+        if os.path.lexists(dirs.output / THROTTLED_FILE):
+            ev.notes.append(f"{THROTTLED_FILE} ignored: only a subject that raises InfrastructureError is throttled")
         got = verified if verified is not None else await _race(verifier_fn, (vctx, subject_result), timeout_s, cancel)
         if got is _CANCELLED:
             return self._cancelled(ev, dirs, redactor, started)
@@ -474,6 +503,8 @@ class PythonExecutor:
             finished_ms=now_ms(),
             detail=one_line(redactor.text("; ".join(ev.notes))),
             unavailable=tuple(unavailable),
+            throttled=one_line(redactor.text(ev.throttled), ID_CHARS_MAX),
+            retry_after_ms=ev.retry_after_ms,
             **ev.usage_fields,
         )
         return CellOutcome(seal(report), tuple(files))

@@ -43,6 +43,7 @@ def check(state: State) -> list[str]:
                 bad.append(f"{a.assignment_id} counts {a.unreported} unreported, has {unreported}")
             if a.generation != group.generation:
                 bad.append(f"{a.assignment_id} generation {a.generation} is not the group's {group.generation}")
+    bad.extend(provider_problems(state))
     for wid, n in per_worker.items():
         w = state.workers[wid]
         if n > w.slots:
@@ -76,8 +77,10 @@ def check(state: State) -> list[str]:
             for cid in group.cells:
                 cell = run.cells[cid]
                 limit = run.max_attempts(cell)
-                if len(cell.attempts) > limit:
-                    bad.append(f"cell {cid} has {len(cell.attempts)} attempts over its limit {limit}")
+                if len(cell.attempts) - cell.throttled > limit:
+                    bad.append(f"cell {cid} has {len(cell.attempts) - cell.throttled} attempts over its limit {limit}")
+                if cell.throttled > run.max_throttled(cell):
+                    bad.append(f"cell {cid} has {cell.throttled} throttled attempts over its bound")
                 orders = [state.attempts[t].dispatch_order for t in cell.attempts]
                 if orders != sorted(orders) or len(set(orders)) != len(orders):
                     bad.append(f"cell {cid} attempts are not in dispatch order")
@@ -85,7 +88,7 @@ def check(state: State) -> list[str]:
                     t = state.attempts[cell.selected]
                     if t.cell_id != cid or t.report is None or not is_selectable(t.report) or t.late:
                         bad.append(f"cell {cid} selected {cell.selected} without selectable authoritative evidence")
-                elif len(cell.attempts) < limit:
+                elif run.attempts_left(cell):
                     pending += 1
             bad.extend(group_status_problems(group, pending))
         if settled != run.settled_groups:
@@ -122,11 +125,13 @@ class Monitor:
                 before = self.selected.setdefault(key, cell.selected)
                 if before != cell.selected:
                     bad.append(f"cell {cell.cell_id} selection changed from {before} to {cell.selected}")
+        new_attempts = []
         for tid, t in state.attempts.items():
             before = self.attempts_seen.setdefault(tid, t.cell_id)
             if before != t.cell_id:
                 bad.append(f"attempt id {tid} reused")
             if tid not in self.dispatch_pin:  # dispatched in this step
+                new_attempts.append(t)
                 run = state.runs[t.run_id]
                 fit = state.workers[t.worker_id].fits.get(t.run_id)
                 if fit is None or fit.differences:
@@ -139,6 +144,7 @@ class Monitor:
             if len(pins) > 1 or (pins and pins != {repr(run.pin)}):
                 bad.append(f"run {run.run_id} selected results dispatched under {len(pins)} environments")
             self.last_pin[run.run_id] = run.pin
+        bad.extend(dispatch_problems(state, new_attempts))
         return bad
 
     def _pin_released_after(self, state: State, attempt: AttemptState, components: object) -> bool:
@@ -149,6 +155,58 @@ class Monitor:
         return (state.runs[attempt.run_id].pin is None
                 and not state.assignments[attempt.assignment_id].authoritative
                 and self.last_pin.get(attempt.run_id) in (None, components))
+
+
+def running_by_provider(state: State) -> dict[str, int]:
+    """Cells of authoritative assignments not yet reported, per provider: a walk."""
+    running = {name: 0 for name in state.providers}
+    for a in state.assignments.values():
+        if not a.authoritative:
+            continue
+        run = state.runs[a.run_id]
+        if not run.subject_providers:
+            continue
+        group = run.groups[a.group_index]
+        for tid in a.attempts:
+            t = state.attempts[tid]
+            if t.report is None:
+                name = run.subject_providers[group.cells.index(t.cell_id)]
+                running[name] = running.get(name, 0) + 1
+    return running
+
+
+def provider_problems(state: State) -> list[str]:
+    bad = []
+    for name, n in running_by_provider(state).items():
+        p = state.providers.get(name)
+        if p is None:
+            bad.append(f"cells run against provider {name}, which has no record")
+        elif p.running != n:
+            bad.append(f"provider {name} counts {p.running} cells running, has {n}")
+        elif p.effective < 0 or (p.declared and p.effective > p.declared):
+            bad.append(f"provider {name} has effective limit {p.effective} beyond its declared {p.declared}")
+    for run in state.runs.values():
+        if run.subject_providers and len(run.subject_providers) != len(run.spec.subjects):
+            bad.append(f"run {run.run_id} names {len(run.subject_providers)} providers for {len(run.spec.subjects)} subjects")
+    return bad
+
+
+def dispatch_problems(state: State, new_attempts: list[AttemptState]) -> list[str]:
+    """A step's dispatches against the providers' limits: each provider that got new cells is at
+    or under its effective limit after the step, or runs just those cells (a group alone may
+    exceed the limit: nothing else ran against it)."""
+    started: dict[str, int] = {}
+    for t in new_attempts:
+        run = state.runs[t.run_id]
+        if run.subject_providers:
+            name = run.subject_providers[run.groups[run.cells[t.cell_id].group_index].cells.index(t.cell_id)]
+            started[name] = started.get(name, 0) + 1
+    bad = []
+    for name, n in started.items():
+        p = state.providers[name]
+        if p.effective and p.running > p.effective and p.running != n:
+            bad.append(f"provider {name} runs {p.running} cells over its effective limit {p.effective}")
+    return bad
 
 
 def group_status_problems(group: GroupState, pending: int) -> list[str]:

@@ -27,9 +27,10 @@ from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
 from common.identity import differences, pin_components
 from common.ids import AssignmentId, WorkerId, assignment_id_for, attempt_id_for, is_digest
-from common.policy import Policy, group_deadline_for
+from common.policy import COST_USD_MAX, Policy, group_deadline_for
 from common.rejections import Rejection
 from coordinator.core import commands as c
+from coordinator.core import providers
 from coordinator.core.order import order_problem, resolve_order
 from coordinator.core.effects import (
     ACCEPTED,
@@ -67,6 +68,9 @@ from coordinator.core.state import (
 
 Fx = list[Effect]
 DEFAULT_POLICY = Policy()
+# Groups a fill passes over in one run because a provider they use is at its limit, before it
+# stops looking (the rest wait for the next fill: a report, a tick).
+PROVIDER_PASSES_MAX = 64
 
 
 def new_state() -> State:
@@ -138,6 +142,9 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
     problem = order_problem(order, spec.group_count)
     if problem:
         return rejected(Rejection.SPEC_INVALID, problem)
+    subject_providers = providers.subject_providers(spec, cmd.policy)
+    if isinstance(subject_providers, str):
+        return rejected(Rejection.PROVIDERS_INVALID, subject_providers)
     rank = [0] * len(order)
     for position, index in enumerate(order):
         rank[index] = position
@@ -159,7 +166,9 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
         peak_slots_offered=state.slots_active,
         manifest=dict(cmd.manifest), worker_keys=cmd.worker_keys,
         order=tuple(order), rank=tuple(rank),
+        subject_providers=subject_providers, cost_cap_usd=cmd.policy.max_observed_cost_usd,
     )
+    providers.register(state, state.runs[cmd.run_id])
     state.soft.cell_counts[cmd.run_id] = CellCounts()  # nothing tried, running or exhausted yet
     _liveness_moved(state)  # the oldest unsettled run's timing may now be this run's
     state.version += 1
@@ -428,13 +437,20 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     state.version += 1
     assignment = state.assignments[attempt.assignment_id]
     run = state.runs[attempt.run_id]
+    cell = run.cells[attempt.cell_id]
+    group = run.groups[cell.group_index]
+    if report.cost_usd is not None:
+        run.observed_cost_usd += report.cost_usd
+        _spend_check(state, run, fx)
+    providers.reported(state, run, group, cell, report, assignment.authoritative, cmd.now_ms, fx)
     if not assignment.authoritative:
         attempt.late = True
         run.late_reports += 1
         fx.append(Emit("late_report", run.run_id, attempt.attempt_id, assignment.ended_reason))
         return LATE
     assignment.unreported -= 1
-    cell = run.cells[attempt.cell_id]
+    if report.throttled:
+        cell.throttled += 1
     selectable = is_selectable(report)
     if selectable and cell.selected is None:
         cell.selected = attempt.attempt_id
@@ -443,6 +459,9 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
         if counts is not None and run.groups[cell.group_index].status == GroupStatus.ASSIGNED:
             counts.running -= 1
         fx.append(Emit("cell_selected", run.run_id, cell.cell_id, f"score {report.score}"))
+    elif report.throttled:
+        fx.append(Emit("cell_throttled", run.run_id, cell.cell_id,
+                       f"{cell.throttled} of {run.max_throttled(cell)} throttled attempts: {report.throttled}"))
     elif not selectable:
         fx.append(Emit("cell_retryable", run.run_id, cell.cell_id, f"{report.status.name}: {report.detail}"))
     if report.environment_failure and not run.blocked_reason:
@@ -452,7 +471,20 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if assignment.unreported == 0:
         _release(state, assignment, cmd.now_ms, "completed", fx)
         _fill(state, cmd.now_ms, fx)
+    elif run.subject_providers and state.providers[run.subject_providers[group.cells.index(cell.cell_id)]].effective:
+        _fill(state, cmd.now_ms, fx)  # the cell's provider has room again for a waiting group
     return ACCEPTED
+
+
+def _spend_check(state: State, run: RunState, fx: Fx) -> None:
+    """A run whose known observed cost reached its cap pauses: running groups settle."""
+    if not run.cost_cap_usd or run.observed_cost_usd < run.cost_cap_usd or run.paused or run.settled:
+        return
+    run.paused = True
+    run.pause_reason = f"spend cap reached: observed ${run.observed_cost_usd:.4f} of ${run.cost_cap_usd:.4f}"
+    _liveness_moved(state)
+    fx.append(NotifyRunState(run.run_id, True, run.blocked_reason))
+    fx.append(Emit("run_paused", run.run_id, run.run_id, run.pause_reason))
 
 
 def _artifact_stored(state: State, cmd: c.ArtifactStored, fx: Fx) -> Outcome:
@@ -487,6 +519,7 @@ def _run_paused(state: State, cmd: c.RunPaused, fx: Fx) -> Outcome:
     if run.paused:
         return DUPLICATE
     run.paused = True
+    run.pause_reason = ""
     _liveness_moved(state)  # expiry freezes
     state.version += 1
     fx.append(NotifyRunState(run.run_id, True, run.blocked_reason))
@@ -500,6 +533,15 @@ def _run_recovered(state: State, cmd: c.RunRecovered, fx: Fx) -> Outcome:
         return _unknown_run(cmd.run_id)
     if not run.paused:
         return rejected(Rejection.RUN_NOT_PAUSED, f"run {cmd.run_id} is not paused")
+    cap = run.cost_cap_usd if cmd.max_observed_cost_usd is None else cmd.max_observed_cost_usd
+    if not (0 <= cap <= COST_USD_MAX):  # NaN too
+        return rejected(Rejection.SPEC_INVALID, f"a spend cap must be between 0 and {COST_USD_MAX:g} dollars, not {cap}")
+    if cap and run.observed_cost_usd >= cap:
+        return rejected(Rejection.SPEND_CAP_REACHED,
+                        f"run {cmd.run_id} has observed ${run.observed_cost_usd:.4f}, at or over the cap of "
+                        f"${cap:.4f}: recover with a higher cap (fleetctl recover RUN --max-cost DOLLARS, 0: none)")
+    run.cost_cap_usd = cap
+    run.pause_reason = ""
     run.paused = False
     run.recovered_ms = cmd.now_ms
     _liveness_moved(state)  # expiry thaws
@@ -542,15 +584,18 @@ def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcom
         return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} already has a selected result")
     if group.status == GroupStatus.ASSIGNED:
         return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} is running")
-    if len(cell.attempts) < run.max_attempts(cell):
+    if run.attempts_left(cell):
         return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} still has attempts left")
     cell.grants += 1
     state.version += 1
     if group.status == GroupStatus.SETTLED:
-        if run.settled:
+        was_settled = run.settled
+        if was_settled:
             _liveness_moved(state)  # unsettled again: its timing and pause count once more
         _count_group(state, run, group, exhausted=-1)
         run.settled_groups -= 1
+        if was_settled:
+            providers.refresh_declared(state)  # its declared limits count again
         group.status = GroupStatus.WAITING
         group.eligible_ms = cmd.now_ms
         heapq.heappush(run.ready, run.ready_key(group.index))
@@ -851,7 +896,8 @@ def _walk_workers(state: State, timing: Policy, now: int, fx: list, durable: lis
     """Suspicion, loss and expiry of every worker, in `state.workers` order; notes in
     `soft.tick_due_ms` the earliest time the next one could be due (a walk before it would
     decide nothing: each decision below needs `now` at or past its worker's due time)."""
-    expiry_frozen = any(r.paused and not r.settled for r in state.runs.values())
+    # An operator's pause is for the coordinator's own outage; a spend cap's is not.
+    expiry_frozen = any(r.paused and not r.pause_reason and not r.settled for r in state.runs.values())
     last_heard = state.soft.last_heard_ms
     ended_ms = state.soft.stream_ended_ms
     suspect_after_ms = timing.suspect_after_ms
@@ -976,13 +1022,14 @@ def _release(state: State, assignment: AssignmentState, now: int, reason: str, f
     assignment.authoritative = False
     assignment.ended_ms = now
     assignment.ended_reason = reason
+    run = state.runs[assignment.run_id]
+    group = run.groups[assignment.group_index]
     for tid in assignment.attempts:
         attempt = state.attempts[tid]
         if attempt.report is None:
             attempt.lost = True
-    run = state.runs[assignment.run_id]
+            providers.stopped(state, run, group, attempt.cell_id)
     run.active -= 1
-    group = run.groups[assignment.group_index]
     assert group.assignment == assignment.assignment_id
     _count_group(state, run, group, running=-1)
     group.assignment = None
@@ -1009,7 +1056,7 @@ def _pending_cells(run: RunState, group: GroupState) -> list[CellState]:
     out = []
     for cid in group.cells:
         cell = run.cells[cid]
-        if cell.selected is None and len(cell.attempts) < run.max_attempts(cell):
+        if cell.selected is None and run.attempts_left(cell):
             out.append(cell)
     return out
 
@@ -1021,21 +1068,32 @@ def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx
         run.settled_groups += 1
         if run.settled:
             _liveness_moved(state)  # the timing and the expiry freeze follow the unsettled runs
+            providers.refresh_declared(state)  # its declared limits no longer count
         _count_group(state, run, group, exhausted=1)
         for cid in group.cells:
-            if run.cells[cid].selected is None:
-                fx.append(Emit("cell_exhausted", run.run_id, cid,
-                               f"{len(run.cells[cid].attempts)} attempts, none selectable"))
+            cell = run.cells[cid]
+            if cell.selected is None:
+                fx.append(Emit("cell_exhausted", run.run_id, cid, _exhausted_detail(run, cell)))
         if run.settled:
             fx.append(Emit("run_settled", run.run_id, run.run_id))
         return
     group.status = GroupStatus.WAITING
-    failed = max(len(cell.attempts) for cell in pending)
+    failed = max(len(cell.attempts) - cell.throttled for cell in pending)
     group.eligible_ms = now + run.policy.backoff_ms(failed)
+    for cell in pending:  # a throttled cell waits out its provider's retry-after
+        last = state.attempts[cell.attempts[-1]] if cell.attempts else None
+        if last is not None and last.report is not None and last.report.throttled:
+            group.eligible_ms = max(group.eligible_ms, last.reported_ms + providers.retry_after_ms(last.report))
     if group.eligible_ms <= now:
         heapq.heappush(run.ready, run.ready_key(group.index))
     else:
         heapq.heappush(run.backoff, (group.eligible_ms, group.index))
+
+
+def _exhausted_detail(run: RunState, cell: CellState) -> str:
+    if cell.throttled >= run.max_throttled(cell):
+        return f"provider throttled: {cell.throttled} throttled attempts, the bound of maxThrottledAttemptsPerCell"
+    return f"{len(cell.attempts) - cell.throttled} attempts, none selectable"
 
 
 def _fill(state: State, now: int, fx: Fx) -> None:
@@ -1049,13 +1107,38 @@ def _fill(state: State, now: int, fx: Fx) -> None:
             heapq.heappush(run.ready, run.ready_key(heapq.heappop(run.backoff)[1]))
             state.version += 1
         cap = run.spec.max_concurrent_groups
-        while run.ready and run.active < cap:
-            worker = _pick_worker(state, run)
-            if worker is None:
-                break
-            _dispatch(state, run, run.groups[run.ready_group(heapq.heappop(run.ready))], worker, now, fx)
+        if run.subject_providers and state.providers:
+            _fill_limited(state, run, cap, now, fx)
+        else:
+            while run.ready and run.active < cap:
+                worker = _pick_worker(state, run)
+                if worker is None:
+                    break
+                _dispatch(state, run, run.groups[run.ready_group(heapq.heappop(run.ready))], worker, now, fx)
         if not state.free_workers:
             return
+
+
+def _fill_limited(state: State, run: RunState, cap: int, now: int, fx: Fx) -> None:
+    """`_fill` for a run whose subjects' providers may be at their limits: a group that does not
+    fit waits, and the next that fits goes first; at most PROVIDER_PASSES_MAX are passed over in
+    one fill, and none is looked at while every provider of the run is full."""
+    passed: list[int] = []
+    names = dict.fromkeys(run.subject_providers)
+    while run.ready and run.active < cap and len(passed) < PROVIDER_PASSES_MAX:
+        if all(0 < (p := state.providers[n]).effective <= p.running for n in names):
+            break
+        worker = _pick_worker(state, run)
+        if worker is None:
+            break
+        key = heapq.heappop(run.ready)
+        group = run.groups[run.ready_group(key)]
+        if providers.blocking(state, providers.demand(run, group, _pending_cells(run, group))):
+            passed.append(key)
+            continue
+        _dispatch(state, run, group, worker, now, fx)
+    for key in passed:
+        heapq.heappush(run.ready, key)
 
 
 def _pick_worker(state: State, run: RunState) -> WorkerState | None:
@@ -1090,6 +1173,7 @@ def _pick_worker(state: State, run: RunState) -> WorkerState | None:
 def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerState, now: int, fx: Fx) -> None:
     pending = _pending_cells(run, group)
     assert pending and group.status == GroupStatus.WAITING, f"dispatch of {group.group_id} with nothing to run"
+    providers.started(state, providers.demand(run, group, pending))
     if run.pin is None:
         _pin(state, run, worker, now, fx)
     group.generation += 1

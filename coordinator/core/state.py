@@ -221,6 +221,15 @@ class RunState:
     def max_attempts(self, cell: CellState) -> int:
         return self.policy.max_attempts_per_cell + cell.grants
 
+    def max_throttled(self, cell: CellState) -> int:
+        return self.policy.max_throttled_attempts_per_cell + cell.grants
+
+    def attempts_left(self, cell: CellState) -> bool:
+        """Whether the cell may be dispatched again: a throttled attempt is not an attempt, and
+        counts against the bound of throttled attempts alone."""
+        return (len(cell.attempts) - cell.throttled < self.max_attempts(cell)
+                and cell.throttled < self.max_throttled(cell))
+
 
 @dataclass(slots=True)
 class CellCounts:
@@ -318,7 +327,12 @@ def durable_view(state: State) -> dict:
             "environment": [sorted(run.manifest.items()), list(run.worker_keys), run.pin, run.pinned_by,
                             run.pinned_ms, run.selected_cells],
             "groups": [[g.status, g.generation, g.assignment, g.eligible_ms] for g in run.groups],
-            "cells": {c.cell_id: [c.attempts, c.selected, c.grants] for c in run.cells.values()},
+            "cells": {c.cell_id: [c.attempts, c.selected, c.grants, *([c.throttled] if c.throttled else [])]
+                      for c in run.cells.values()},
+            # Only when set, so that the fingerprints of runs without them stay what they were.
+            **({"spend": [run.cost_cap_usd, run.pause_reason]} if run.cost_cap_usd or run.pause_reason else {}),
+            **({"providers": list(run.subject_providers)}
+               if any(p != "default" for p in run.subject_providers) else {}),
             "ready": sorted(run.ready),
             # Only when set, so that the fingerprints of runs in spec order stay what they were.
             **({"order": list(run.order)} if run.order else {}),
@@ -349,4 +363,10 @@ def durable_view(state: State) -> dict:
         # entries are popped lazily by ticks that are not logged, so they are left out.
         "slots_active": state.slots_active,
         "recovered": [state.recovered_ms, state.recovery_grace_ms],
+        # Providers that are named or have throttled; the unnamed default before any throttling
+        # is left out, so that the fingerprints of logs from before providers stay what they were.
+        **({"providers": {p.name: [p.effective, p.declared, p.running, p.peak_running, p.throttled,
+                                   p.retry_after_ms_total, p.slow_start, p.credit, p.last_throttled_ms,
+                                   p.last_throttled] for p in state.providers.values()}}
+           if any(p.name != "default" or p.throttled for p in state.providers.values()) else {}),
     }

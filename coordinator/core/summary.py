@@ -41,7 +41,7 @@ class IncompleteCell:
     task_id: TaskId
     repetition: int
     subject_id: SubjectId
-    reason: str  # exhausted | blocked | paused | running | retry_pending | not_yet_run
+    reason: str  # exhausted | provider_throttled | blocked | paused | running | retry_pending | not_yet_run
     attempts: int
     detail: str  # what the last report said, if any
 
@@ -112,7 +112,7 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
     if group.status == GroupStatus.ASSIGNED:
         reason = "running"
     elif group.status == GroupStatus.SETTLED:
-        reason = "exhausted"
+        reason = "provider_throttled" if cell.throttled >= run.max_throttled(cell) else "exhausted"
     elif run.blocked_reason:
         reason = "blocked"
     elif run.paused:

@@ -17,6 +17,7 @@ import pytest
 from common.evidence import ArtifactRef, ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification
 from common.ids import AssignmentId, AttemptId, CellId, RunId, WorkerId, sha256_digest
 from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, SCORE_ABS_MAX
+from common.policy import ProviderLimit
 from common.rejections import Rejection
 from coordinator.core import commands as c
 from coordinator.core.state import WorkerStatus
@@ -114,6 +115,34 @@ def on_fresh_run(make: Callable[[Core], object]) -> Callable[[], tuple[Core, obj
         k = Core()
         k.register("w1")
         return k, make(k)
+    return build
+
+
+def _providers_contradict():
+    doc = spec_doc(tasks=1, subjects=2)
+    doc["subjects"][0]["provider"] = "alpha"
+    spec = parse_spec(doc)
+    policy = make_policy(providers=(ProviderLimit("beta", 4, ("s0",)),))
+    k = Core(spec, make_policy(), submit=False)
+    return k, c.RunSubmitted(k.now, run_id_for(spec.canonical, policy.canonical()), spec, policy, k.manifest,
+                             k.worker_keys)
+
+
+def _policy_maps_a_stranger():
+    spec = make_spec(tasks=1, subjects=2)
+    policy = make_policy(providers=(ProviderLimit("beta", 4, ("nobody",)),))
+    k = Core(spec, make_policy(), submit=False)
+    return k, c.RunSubmitted(k.now, run_id_for(spec.canonical, policy.canonical()), spec, policy, k.manifest,
+                             k.worker_keys)
+
+
+def _at_spend_cap(new_cap=None):
+    def build():
+        k, push = one_group(subjects=2, max_observed_cost_usd=0.015)
+        for cell in push.cells:
+            k.report(cell.attempt_id, OK)  # 0.01 each: the second reaches the cap
+        assert k.run.paused and k.run.pause_reason.startswith("spend cap reached")
+        return k, c.RunRecovered(k.now, k.run_id, new_cap)
     return build
 
 
@@ -418,6 +447,12 @@ CASES: list[Case] = [
          _ordered_from("first", order=(0, 0))),
     Case("repair with another reason", Rejection.REPAIR_REASON_MISMATCH,
          lambda: (lambda k: (k, c.RunRepaired(k.now, k.run_id, ENV_FAILURE + "!")))(_blocked())),
+    Case("subject's provider in the spec contradicts the policy", Rejection.PROVIDERS_INVALID, _providers_contradict),
+    Case("policy maps a subject the spec lacks", Rejection.PROVIDERS_INVALID, _policy_maps_a_stranger),
+    Case("recover at the spend cap without a new cap", Rejection.SPEND_CAP_REACHED, _at_spend_cap()),
+    Case("recover at the spend cap with a cap below the cost", Rejection.SPEND_CAP_REACHED, _at_spend_cap(0.012)),
+    Case("recover with a negative cap", Rejection.SPEC_INVALID, _at_spend_cap(-1.0)),
+    Case("recover with a cap that is not a number", Rejection.SPEC_INVALID, _at_spend_cap(math.nan)),
     Case("recover a run that is not paused", Rejection.RUN_NOT_PAUSED,
          on_fresh_run(lambda k: c.RunRecovered(k.now, k.run_id))),
     Case("repair a run that is not blocked", Rejection.RUN_NOT_BLOCKED,

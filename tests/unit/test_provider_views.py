@@ -120,6 +120,16 @@ def test_fleetctl_status_without_providers_or_cap_prints_no_table_and_says_no_ca
     assert "  spend $0.0000 (no cap)" in text and "paused" not in text
 
 
+def test_the_unnamed_default_provider_alone_prints_no_table_until_it_throttles() -> None:
+    k = Core(make_spec(tasks=1, subjects=1), make_policy(required_environment_id=""))
+    assert list(k.state.providers) == ["default"]
+    data, text = printed_status(k)
+    assert [p["name"] for p in data["providers"]] == ["default"] and "running/limit" not in text
+    k.state.providers["default"].throttled = 1
+    _, text = printed_status(k)
+    assert "running/limit" in text
+
+
 def test_an_operators_pause_resumes_without_a_new_cap() -> None:
     k = Core(make_spec(tasks=1, subjects=1), make_policy(required_environment_id=""))
     run = k.run

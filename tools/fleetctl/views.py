@@ -235,8 +235,10 @@ def print_status(data: dict, list_workers: bool = False) -> None:
         print("  " + environment_line(r["environment"]))
         print("  dispatch order: " + order_text(r["order_from"]))
         print("  " + spend_text(observed, cap))
-    if data.get("providers"):
-        print_providers(data["providers"])
+    providers = data.get("providers") or []
+    # The unnamed "default" provider alone, never throttled, says nothing: no table for it.
+    if any(p["name"] != "default" or p["throttled"] for p in providers):
+        print_providers(providers)
     summary = data.get("worker_summary")
     if summary is not None and summary["total"] > len(data["workers"]):
         print_workers_summary(summary)  # the coordinator sent the summary alone

@@ -1,0 +1,176 @@
+"""Model providers' limits on real processes (issue 22): a coordinator and 4 workers x 2 slots
+on 127.0.0.1 run the provider bench (tests/fixtures/provbench: 3 subjects per task, each
+asking a fake provider, tests/integration/fakeprovider.py) against a provider that admits 6
+requests at once, holds each 0.5 s and answers the rest 429 with Retry-After 1 s.
+
+- declared (`providers.fake.maxConcurrentCells: 6`): nothing refused, nothing lost;
+- undeclared (the spec names the provider, the policy gives no limit): the coordinator finds
+  the limit from the throttled reports; nothing lost and under 10% of requests refused;
+- a provider that refuses everything for one subject: that subject's cells end incomplete
+  (reason "provider_throttled") after maxThrottledAttemptsPerCell attempts, never scored, and the
+  other subjects' cells are all selected.
+
+tools/bench_providers.py runs the same workload for its wall time against the ideal.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.provbench.make_spec import provbench_spec, url_env
+from tests.integration.fakeprovider import FakeProvider
+from tests.integration.harness import FAST_POLICY, REPO, Cluster
+
+pytestmark = pytest.mark.timeout(150)
+
+PROVBENCH = REPO / "tests" / "fixtures" / "provbench"
+WORKERS, SLOTS, CAP = 4, 2, 8
+TASKS = 30  # x 3 subjects: 90 cells, 7.5 s of provider time at 6 at once
+LIMIT, HOLD_S, RETRY_AFTER_S = 6, 0.5, 1.0
+SETTLE_TIMEOUT_S = 100
+
+
+def start_coordinator(cluster: Cluster) -> None:
+    """`Cluster.start_coordinator`, and then the address again while listen.addr is still empty:
+    the coordinator writes that file in place, so the harness can read it between its creation
+    and its write (seen here under load: an empty address, then `dns:///` from gRPC)."""
+    cluster.start_coordinator()
+    addr_file = cluster.data_dir / "listen.addr"
+    deadline = time.monotonic() + 10
+    while not cluster.address:
+        if time.monotonic() > deadline:
+            raise AssertionError("listen.addr stayed empty for 10 s\n" + cluster.tails())
+        time.sleep(0.05)
+        cluster.address = addr_file.read_text().strip()
+
+
+def provider_cluster(tmp_path: Path, providers: list[FakeProvider]) -> Cluster:
+    """A cluster whose processes have every provider's URL in their environment (the subjects
+    declare it as a credential, so the workers pass it on)."""
+    return Cluster(tmp_path, extra_env={url_env(p.name): p.url for p in providers})
+
+
+def run_workload(cluster: Cluster, spec: dict, policy: dict) -> tuple[dict, float, list[dict]]:
+    """Start the coordinator and the workers, submit, wait for the run to settle; its results
+    (as `fleetctl results --json` prints them: the same tools/fleetctl views), the wall time,
+    and the coordinator's providers (`fleetctl status --json`) sampled while it ran."""
+    start_coordinator(cluster)
+    for i in range(WORKERS):
+        cluster.start_worker(f"w{i}", slots=SLOTS, bench_root=PROVBENCH)
+    t0 = time.monotonic()
+    run_id = cluster.submit(spec, policy)
+    samples: list[dict] = []
+    deadline = t0 + SETTLE_TIMEOUT_S
+    while True:
+        results = cluster.results(run_id)
+        if results["summary"]["state"] in ("complete", "incomplete"):
+            return results, time.monotonic() - t0, samples
+        assert time.monotonic() < deadline, f"run did not settle: {results['summary']}\n{cluster.tails()}"
+        samples += cluster.status()["providers"]
+        time.sleep(0.1)
+
+
+def by_state(results: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for c in results["cells"]:
+        out.setdefault(c["state"], []).append(c)
+    return out
+
+
+def describe(results: dict, stats: dict, wall: float) -> str:
+    reasons: dict[str, int] = {}
+    for c in results["cells"]:
+        if c["state"] != "selected":
+            key = f"{c['subject']}:{c['incomplete_reason']}"
+            reasons[key] = reasons.get(key, 0) + 1
+    return (f"wall {wall:.1f}s; summary {results['summary']}; provider {stats}; incomplete by subject:reason "
+            f"{reasons}")
+
+
+def test_a_declared_limit_is_never_exceeded_and_nothing_is_refused(tmp_path: Path) -> None:
+    provider = FakeProvider(limit=LIMIT, hold_s=HOLD_S, retry_after_s=RETRY_AFTER_S).start()
+    cluster = provider_cluster(tmp_path, [provider])
+    try:
+        policy = dict(FAST_POLICY, providers={"fake": {"maxConcurrentCells": LIMIT}})
+        results, wall, samples = run_workload(cluster, provbench_spec(TASKS, cap=CAP), policy)
+        stats = provider.stats()
+        what = describe(results, stats, wall) + "\n" + cluster.tails()
+        cells = by_state(results)
+        assert results["summary"]["incomplete"] == 0 and len(cells.get("selected", ())) == TASKS * 3, what
+        assert results["summary"]["usage_complete"], what  # the throttled attempts' zero cost too
+        assert all(c["score"] == 1 for c in cells["selected"]), what
+        assert stats["refused"] == 0, what
+        assert stats["max_at_once"] <= LIMIT, what
+        assert stats["admitted"] == TASKS * 3, what  # one request per cell: no attempt ran twice
+        # The operator's view (fleetctl status --json) agrees while the run runs: the declared
+        # limit, effective, never passed, never throttled.
+        fake = [p for p in samples if p["name"] == "fake"]
+        assert fake and all(p["declared"] == LIMIT and p["effective"] == LIMIT for p in fake), fake[-1:]
+        assert max(p["peak_running"] for p in fake) <= LIMIT and all(p["throttled"] == 0 for p in fake), fake[-1:]
+        print(f"declared: {what.splitlines()[0]}; ideal {TASKS * 3 * HOLD_S / LIMIT:.1f}s")
+    finally:
+        cluster.stop_all()
+        provider.stop()
+
+
+def test_an_undeclared_limit_is_found_from_throttling_and_nothing_is_lost(tmp_path: Path) -> None:
+    provider = FakeProvider(limit=LIMIT, hold_s=HOLD_S, retry_after_s=RETRY_AFTER_S).start()
+    cluster = provider_cluster(tmp_path, [provider])
+    try:
+        results, wall, samples = run_workload(cluster, provbench_spec(TASKS, cap=CAP), dict(FAST_POLICY))
+        stats = provider.stats()
+        what = describe(results, stats, wall) + "\n" + cluster.tails()
+        cells = by_state(results)
+        assert results["summary"]["incomplete"] == 0 and len(cells.get("selected", ())) == TASKS * 3, what
+        assert results["summary"]["usage_complete"], what  # the throttled attempts' zero cost too
+        assert all(c["score"] == 1 for c in cells["selected"]), what
+        assert stats["admitted"] == TASKS * 3, what
+        assert stats["refused"] < 0.10 * stats["total"], what
+        fake = [p for p in samples if p["name"] == "fake"]
+        assert fake and all(p["declared"] is None for p in fake), fake[-1:]
+        effective = [p["effective"] for p in fake]
+        print(f"undeclared: {what.splitlines()[0]}; ideal {TASKS * 3 * HOLD_S / LIMIT:.1f}s; effective limit "
+              f"{[e for i, e in enumerate(effective) if i == 0 or e != effective[i - 1]]}")
+    finally:
+        cluster.stop_all()
+        provider.stop()
+
+
+DOWN_TASKS = 12
+DOWN_MAX_THROTTLED = 3
+
+
+def test_a_provider_that_refuses_everything_leaves_its_cells_incomplete_and_the_rest_selected(tmp_path: Path) -> None:
+    fake = FakeProvider(limit=LIMIT, hold_s=HOLD_S, retry_after_s=RETRY_AFTER_S).start()
+    down = FakeProvider(name="down", refuse_all=True, retry_after_s=RETRY_AFTER_S).start()
+    cluster = provider_cluster(tmp_path, [fake, down])
+    try:
+        spec = provbench_spec(DOWN_TASKS, {"s0": "fake", "s1": "fake", "s2": "down"}, cap=CAP)
+        policy = dict(FAST_POLICY, providers={"fake": {"maxConcurrentCells": LIMIT}},
+                      maxThrottledAttemptsPerCell=DOWN_MAX_THROTTLED)
+        results, wall, samples = run_workload(cluster, spec, policy)
+        stats = {"fake": fake.stats(), "down": down.stats()}
+        what = describe(results, stats, wall) + "\n" + cluster.tails()
+        assert results["summary"]["state"] == "incomplete" and results["summary"]["usage_complete"], what
+        throttled = [c for c in results["cells"] if c["subject"] == "s2"]
+        others = [c for c in results["cells"] if c["subject"] != "s2"]
+        assert len(throttled) == DOWN_TASKS and len(others) == 2 * DOWN_TASKS, what
+        assert all(c["state"] == "incomplete" for c in throttled), what
+        # coordinator/core/summary.py's reason for a cell the provider throttled to its end.
+        assert {c["incomplete_reason"] for c in throttled} == {"provider_throttled"}, what
+        assert all("throttled" in (c["incomplete_detail"] or "") for c in throttled), what
+        assert all(c["throttled"] == DOWN_MAX_THROTTLED for c in throttled), what
+        assert all(c["score"] is None and c["status"] is None for c in throttled), "nothing scored: " + what
+        assert all(c["state"] == "selected" and c["score"] == 1 and c["throttled"] == 0 for c in others), what
+        assert results["summary"]["selected"] == 2 * DOWN_TASKS and results["summary"]["incomplete"] == DOWN_TASKS, what
+        # Each throttled cell asked exactly maxThrottledAttemptsPerCell times, and then no more.
+        assert stats["down"]["admitted"] == 0, what
+        assert stats["down"]["total"] == DOWN_TASKS * DOWN_MAX_THROTTLED, what
+        assert stats["fake"]["refused"] == 0 and stats["fake"]["max_at_once"] <= LIMIT, what
+        print(f"down: {what.splitlines()[0]}")
+    finally:
+        cluster.stop_all()
+        fake.stop()
+        down.stop()

@@ -22,16 +22,21 @@ run's selected results were all dispatched under one pin; a waiting group is que
 cells to run, a settled one has none; the run's counters (active, settled, selected, queued)
 are exact. One more, from the contract: a redispatch carries only cells without a selected
 result (a cell selected before is never dispatched again).
+
+`provider_step_problems` recounts the model providers' contract after a step of the default
+simulation's providers scenario (`python -m tools.simulate --providers`): dispatches under the
+effective limits, throttled attempts never selected nor counted as attempts, retry-afters kept.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common import limits
 from common.evidence import is_selectable
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, PushAssignment, RefuseRun, RevokeAssignment, Transition
-from coordinator.core.invariants import check, group_status_problems
-from coordinator.core.state import GroupStatus, State, WorkerStatus
+from coordinator.core.invariants import check, group_status_problems, running_by_provider
+from coordinator.core.state import AttemptState, GroupStatus, State, WorkerStatus
 
 # Commands that may change every worker (recovery sets all to reconciling; a pin or a new
 # run re-judges every worker's fit): after these, every worker counts as touched.
@@ -350,3 +355,72 @@ class IncrementalMonitor:
                 break
         self._counters(state, bad)
         return bad
+
+
+# --- model providers -----------------------------------------------------------------------------
+
+def _retry_after_ms(report: object) -> int:
+    """The wait a throttled report asks for, computed here from the limits (not with the core's
+    function): a core that ignored the retry-after must not pass by agreeing with itself."""
+    wait = getattr(report, "retry_after_ms", 0)
+    return min(wait, limits.RETRY_AFTER_MS_MAX) if wait > 0 else limits.THROTTLE_RETRY_AFTER_MS_DEFAULT
+
+
+def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> list[str]:
+    """The providers' contract after one step, recounted from the attempts (the simulation's
+    providers scenario calls this after every durable command, next to the core's `Monitor`,
+    whose `check` and `dispatch_problems` trust the core's own counters):
+
+    - every provider that got cells in this step runs (by a walk of the unreported cells of
+      authoritative assignments) at most its effective limit, or only the cells of this step;
+    - a selected attempt was never throttled;
+    - a cell's throttled count is its authoritative throttled reports, recounted; its counted
+      attempts (all, less the throttled) stay within maxAttemptsPerCell and its throttled ones
+      within maxThrottledAttemptsPerCell;
+    - an attempt that follows a throttled one of its cell was dispatched no sooner than that
+      report's time plus its retry-after.
+    """
+    bad: list[str] = []
+    walk = running_by_provider(state)
+    started: dict[str, int] = {}
+    for t in new_attempts:
+        run = state.runs[t.run_id]
+        cell = run.cells[t.cell_id]
+        if run.subject_providers:
+            name = run.subject_providers[run.groups[cell.group_index].cells.index(t.cell_id)]
+            started[name] = started.get(name, 0) + 1
+        i = cell.attempts.index(t.attempt_id)
+        if i:
+            before = state.attempts[cell.attempts[i - 1]]
+            if before.report is not None and before.report.throttled and not before.late:
+                ready_ms = before.reported_ms + _retry_after_ms(before.report)
+                if t.dispatched_ms < ready_ms:
+                    bad.append(f"attempt {t.attempt_id} dispatched at {t.dispatched_ms}ms, before its cell's "
+                               f"throttled attempt's retry-after ended at {ready_ms}ms")
+    for name, n in started.items():
+        p = state.providers[name]
+        if p.effective and walk.get(name, 0) > p.effective and walk.get(name, 0) != n:
+            bad.append(f"provider {name} runs {walk.get(name, 0)} cells (by a walk) over its effective "
+                       f"limit {p.effective} after dispatching {n}")
+    for run in state.runs.values():
+        if not run.subject_providers:
+            continue
+        for cid, cell in run.cells.items():
+            throttled = 0
+            for tid in cell.attempts:
+                t = state.attempts[tid]
+                if t.report is not None and t.report.throttled and not t.late:
+                    throttled += 1
+            if throttled != cell.throttled:
+                bad.append(f"cell {cid} counts {cell.throttled} throttled attempts, its reports say {throttled}")
+            if len(cell.attempts) - throttled > run.max_attempts(cell):
+                bad.append(f"cell {cid} has {len(cell.attempts) - throttled} counted attempts over "
+                           f"its limit {run.max_attempts(cell)}")
+            if throttled > run.max_throttled(cell):
+                bad.append(f"cell {cid} has {throttled} throttled attempts over its bound "
+                           f"{run.max_throttled(cell)}")
+            if cell.selected is not None:
+                report = state.attempts[cell.selected].report
+                if report is None or report.throttled:
+                    bad.append(f"cell {cid} selected {cell.selected}, a throttled attempt")
+    return bad

@@ -8,6 +8,13 @@
                                                     each seed twice on one coordinator: a run,
                                                     then the same spec ordered from it; both
                                                     must select exactly the same
+    python -m tools.simulate --seeds 0-299 --check --providers
+                                                    the providers scenario: subjects on simulated
+                                                    model providers that admit K cells at once
+                                                    and throttle past K (or all, in an outage)
+    python -m tools.simulate --seeds 0-99 --provider-check
+                                                    each seed quiet with providers and without:
+                                                    both must select the same (run_provider_check)
 
 A seed fixes everything: the scenario, the fault rates, every drop and every outcome, so the
 same seed prints byte-identical output and a failure replays exactly. Workers here are models
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import json
 import random
 import sys
@@ -40,7 +48,7 @@ from typing import Any, NoReturn
 from common.limits import IDLE_HEARTBEAT_INTERVAL_MS, SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
 from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, ArtifactRef, expected_status
 from common.ids import RunId, WorkerId, run_id_for, sha256_digest
-from common.policy import Policy
+from common.policy import Policy, ProviderLimit
 from common.spec import parse_spec
 from common.rejections import Rejection
 from coordinator.core import commands as c
@@ -48,6 +56,7 @@ from coordinator.core import new_state, step, summarize
 from coordinator.core.effects import Emit, EndSession, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import durable_fingerprint
+from tools.sim_invariants import provider_step_problems
 
 TICK_MS = 250
 HEARTBEAT_MS = 1_000
@@ -67,6 +76,52 @@ MANIFEST = (("bench.file:solve.py", "digest-solve"), ("bench.taskdir:tasks", "di
 WORKER_KEYS = ("tool:verify",)
 WORKER_ENVIRONMENT = (("platform.system", "Linux"), ("python.version", "3.11.7"))
 ENV_FAILURE = "image registry unreachable: pull of task image failed"
+
+
+# The providers scenario (--providers). Groups have one cell per subject and at most
+# max_concurrent_groups (4) run at once, so the fleet could put 4 cells on a provider that one
+# subject uses: the simulated providers admit fewer (1 to 3), so that limits matter.
+PROVIDER_CAPACITY_CHOICES = (1, 2, 2, 3)
+THROTTLE_ANSWER_MS_MIN, THROTTLE_ANSWER_MS_MAX = 20, 300  # a 429 comes back fast
+PROVIDER_RETRY_AFTER_MS_MAX = 5_000  # the Retry-After a simulated provider names, at most
+OUTAGE_START_MS_MAX = 60_000  # a provider that refuses everything, from up to this after submission
+OUTAGE_MS_MIN, OUTAGE_MS_MAX = 5_000, 30_000
+
+
+@dataclass
+class SimProvider:
+    """A simulated model provider: admits `capacity` cells at once (0: any number), answers one
+    more with a 429 (a throttled report), and refuses every cell during its outage (ms after the
+    run's submission; (0, 0): none). `inflight`: the attempts it admitted that still run."""
+
+    name: str
+    capacity: int
+    declared: int = 0  # what the policy declares (maxConcurrentCells); 0: nothing
+    outage: tuple[int, int] = (0, 0)
+    inflight: dict[str, None] = field(default_factory=dict)
+    admitted: int = 0
+    refused: int = 0
+    peak_inflight: int = 0
+
+
+def draw_providers(seed: int) -> tuple[dict[str, SimProvider], dict[str, str], int]:
+    """The providers scenario of a seed, from its own stream (the seed's main one is left as the
+    default scenario draws it): subject s0 on "alpha", declared in the policy at its capacity or
+    above it (declared too high: the core learns from throttling); s1 on "beta", named in the spec
+    with no declared limit (slow start from limits.PROVIDER_INITIAL_CELLS), and an outage on some
+    seeds; s2 on the unnamed "default" provider, which never throttles, or mapped to "alpha" by the
+    policy (two cells of a group on one provider). Returns the providers, each subject's provider,
+    and maxThrottledAttemptsPerCell (small on some seeds, so that cells end provider_throttled)."""
+    rng = random.Random(f"{seed}:providers")
+    alpha_k = rng.choice(PROVIDER_CAPACITY_CHOICES)
+    alpha = SimProvider("alpha", alpha_k, declared=alpha_k + rng.choice([0, 0, 1, 2]))
+    beta = SimProvider("beta", rng.choice(PROVIDER_CAPACITY_CHOICES))
+    if rng.random() < 0.5:
+        start = rng.randint(5_000, OUTAGE_START_MS_MAX)
+        beta.outage = (start, start + rng.randint(OUTAGE_MS_MIN, OUTAGE_MS_MAX))
+    subject_provider = {"s0": "alpha", "s1": "beta", "s2": rng.choice(["default", "alpha"])}
+    max_throttled = rng.choice([20, 20, 20, 4])
+    return {"alpha": alpha, "beta": beta}, subject_provider, max_throttled
 
 
 class SimFailure(Exception):
@@ -158,11 +213,14 @@ class SimWorker:
 class Simulation:
     def __init__(self, seed: int, *, check: bool, groups_tasks: int = 20, repetitions: int = 2,
                  subjects: int = 3, workers: int = 3, quiet: bool = False, max_concurrent_groups: int = 4,
-                 slots: int | None = None) -> None:
+                 slots: int | None = None, providers: bool = False) -> None:
         """`quiet`: only faults that lose no attempt to timing, and each attempt's outcome and
         duration drawn from the attempt itself (its cell and number), not from the order of
         events. `next_run` goes on with a second run of the spec on the same fleet. `slots`:
-        every worker's slots (None: drawn per worker from the seed)."""
+        every worker's slots (None: drawn per worker from the seed). `providers`: the subjects'
+        requests go to simulated model providers (`draw_providers`); quiet, an attempt's number
+        is then its cell's count of attempts that were not throttled, so that what a cell does
+        on its k-th real attempt does not depend on how often it was throttled before."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.check = check
@@ -198,10 +256,31 @@ class Simulation:
             "verifier": {"command": "verify", "timeoutSeconds": 5},
             "execution": {"maxConcurrentTaskGroups": max_concurrent_groups},
         }
+        self.providers = providers
+        self.sim_providers: dict[str, SimProvider] = {}
+        self.subject_provider: dict[str, str] = {}
+        self.throttle_answers: dict[str, int] = {}  # attempt id -> the retry-after of its 429
+        self.throttled_numbers: dict[str, dict[int, None]] = {}  # cell -> numbers of its throttled attempts
+        self.attempts_checked = 0  # the state's attempts that provider_step_problems has seen
+        policy_extra: dict[str, Any] = {}
+        if providers:
+            self.sim_providers, self.subject_provider, max_throttled = draw_providers(seed)
+            by_policy: dict[str, list[str]] = {}
+            for subject in spec_doc["subjects"]:
+                name = self.subject_provider.get(subject["id"], "default")
+                if name == "alpha" and subject["id"] != "s0":
+                    by_policy.setdefault(name, []).append(subject["id"])  # mapped by the policy
+                elif name != "default":
+                    subject["provider"] = name  # named by the spec
+            limits_ = [ProviderLimit(p.name, p.declared, tuple(by_policy.get(p.name, ())))
+                       for p in self.sim_providers.values() if p.declared or p.name in by_policy]
+            policy_extra = {"providers": tuple(sorted(limits_, key=lambda p: p.name)),
+                            "max_throttled_attempts_per_cell": max_throttled}
         self.spec = parse_spec(spec_doc)
         self.policy = Policy(heartbeat_interval_ms=HEARTBEAT_MS, suspect_after_ms=3_500, expire_after_ms=15_000,
                              recovery_grace_ms=20_000, retry_backoff_ms=500, retry_backoff_max_ms=8_000,
-                             max_attempts_per_cell=4, required_environment_id=ENV_ID, group_deadline_ms=60_000)
+                             max_attempts_per_cell=4, required_environment_id=ENV_ID, group_deadline_ms=60_000,
+                             **policy_extra)
         self.run_id: RunId = run_id_for(self.spec.canonical, self.policy.canonical())
         self.state = new_state()
         self.workers: dict[WorkerId, SimWorker] = {}
@@ -233,6 +312,9 @@ class Simulation:
         if not self.quiet:
             return self.rng
         _, cell, number = attempt_id.rsplit(":", 2)
+        if self.providers:
+            n = int(number[1:])
+            number = f"a{n - sum(1 for k in self.throttled_numbers.get(cell, ()) if k < n)}"
         return random.Random(f"{self.seed}:{cell}:{number}:{what}")
 
     def send_to_coordinator(self, w: SimWorker, frame: tuple) -> None:
@@ -264,9 +346,19 @@ class Simulation:
         self.log.extend(t.durable)
         if self.check and t.durable:
             bad = self.monitor.observe(self.state)
+            if self.providers and not bad:
+                bad = provider_step_problems(self.state, self.new_attempts())
             if bad:
                 raise SimFailure(self.seed, self.commands, self.now, f"{type(cmd).__name__}: {bad[0]}")
         return self.deliver(t)
+
+    def new_attempts(self) -> list:
+        """Attempts dispatched since the last call (the state's attempts keep their insertion
+        order, and a restart's replay rebuilds them in it)."""
+        seen, total = self.attempts_checked, len(self.state.attempts)
+        self.attempts_checked = total
+        ids = list(itertools.islice(reversed(self.state.attempts), max(0, total - seen)))
+        return [self.state.attempts[tid] for tid in reversed(ids)]
 
     def deliver(self, t: Any) -> Any:
         """Carry out a transition's effects (pushes and revokes travel the faulty network)."""
@@ -420,12 +512,19 @@ class Simulation:
             w.assignments[push.assignment_id] = sa
             self.note(f"{w.worker_id} runs {push.assignment_id} ({len(push.cells)} cells)")
             for cd in push.cells:
+                if self.providers and not self.admit(cd.attempt_id, cd.subject_id):
+                    answer_ms = random.Random(f"{self.seed}:{cd.attempt_id}:answer").randint(
+                        THROTTLE_ANSWER_MS_MIN, THROTTLE_ANSWER_MS_MAX)
+                    sa.pending[cd.attempt_id] = self.at(self.now + answer_ms, "cell_done", w.worker_id, w.epoch,
+                                                        push.assignment_id, cd.attempt_id)
+                    continue
                 sa.pending[cd.attempt_id] = self.at(self.now + self.duration(cd.attempt_id), "cell_done",
                                                     w.worker_id, w.epoch, push.assignment_id, cd.attempt_id)
         elif kind == "revoke":
             sa = w.assignments.get(frame[1])
             if sa is not None:
                 sa.running = False
+                self.provider_release(sa.pending)
                 sa.pending.clear()
                 self.note(f"{w.worker_id} stops {frame[1]}")
                 self.flush(w, force=True)
@@ -465,6 +564,12 @@ class Simulation:
         if sa is None or attempt_id not in sa.pending:
             return
         del sa.pending[attempt_id]
+        if attempt_id in self.throttle_answers:
+            report = self.throttled_report(attempt_id)
+            sa.reported[attempt_id] = None
+            w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
+            self.flush(w, force=True)
+            return
         if self.straggler_pending and self.faulty():
             # This cell hangs past the group deadline while the worker keeps heartbeating.
             self.straggler_pending = False
@@ -472,6 +577,7 @@ class Simulation:
             sa.pending[attempt_id] = self.at(self.now + 90_000, "cell_done", w.worker_id, w.epoch,
                                              assignment_id, attempt_id)
             return
+        self.provider_release((attempt_id,))
         report = self.outcome(attempt_id)
         sa.reported[attempt_id] = None
         w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
@@ -511,6 +617,46 @@ class Simulation:
         from dataclasses import replace
         return replace(draft, status=expected_status(draft))
 
+    # --- model providers (the providers scenario) --------------------------------------------
+    def admit(self, attempt_id: str, subject_id: str) -> bool:
+        """A cell starts: its provider admits it (it counts in flight until it ends), or refuses
+        it with a 429 because `capacity` cells are already in flight or it is in its outage."""
+        p = self.sim_providers.get(self.subject_provider.get(subject_id, "default"))
+        if p is None:
+            return True  # the unnamed provider admits any number
+        start, end = p.outage
+        in_outage = self.start_ms + start <= self.now < self.start_ms + end
+        if in_outage or (p.capacity and len(p.inflight) >= p.capacity):
+            p.refused += 1
+            rng = random.Random(f"{self.seed}:{attempt_id}:retry_after")
+            self.throttle_answers[attempt_id] = rng.choice([0, rng.randint(200, PROVIDER_RETRY_AFTER_MS_MAX)])
+            self.note(f"provider {p.name} refuses {attempt_id}: {len(p.inflight)} in flight")
+            return False
+        p.admitted += 1
+        p.inflight[attempt_id] = None
+        p.peak_inflight = max(p.peak_inflight, len(p.inflight))
+        return True
+
+    def provider_release(self, attempt_ids: Any) -> None:
+        """Cells that ended (done, or their process died, or revoked) leave their provider."""
+        for p in self.sim_providers.values():
+            for tid in attempt_ids:
+                p.inflight.pop(tid, None)
+
+    def throttled_report(self, attempt_id: str) -> Report:
+        """What a subject refused by its provider reports: throttled, not run, never scored."""
+        _, cell, number = attempt_id.rsplit(":", 2)
+        self.throttled_numbers.setdefault(cell, {})[int(number[1:])] = None
+        subject = attempt_id.split("/")[-1].split(":")[0]
+        artifact = f"{attempt_id}:log".encode()
+        draft = Report(status=Status.COMPLETED, execution=Execution.SUBJECT_FAILED, verification=Verification.NOT_RUN,
+                       usage=Usage.MISSING, cleanup=Cleanup.CONFIRMED,
+                       artifacts=(ArtifactRef("log", sha256_digest(artifact), len(artifact)),),
+                       throttled=f"provider {self.subject_provider.get(subject, 'default')} throttled: 429",
+                       retry_after_ms=self.throttle_answers[attempt_id])
+        from dataclasses import replace
+        return replace(draft, status=expected_status(draft))
+
     def crash_worker(self, w: SimWorker) -> None:
         """Process death: running cells die; the durable outbox and assignment records stay."""
         self.stats["worker_crashes"] += 1
@@ -519,6 +665,7 @@ class Simulation:
         w.epoch += 1
         for sa in w.assignments.values():
             sa.running = False
+            self.provider_release(sa.pending)
             sa.pending.clear()
         self.note(f"{w.worker_id} crashed")
         self.at(self.now + self.rng.randint(2_000, 10_000), "worker_up", w.worker_id)
@@ -727,17 +874,33 @@ class Simulation:
             "incomplete": [{"cell_id": i.cell_id, "reason": i.reason, "attempts": i.attempts}
                            for i in summary.incomplete],
             "trace": self.trace + ([f"... {self.trace_dropped} more"] if self.trace_dropped else []),
-        }
+        } | ({"providers": self.provider_report()} if self.providers else {})
+
+    def provider_report(self) -> dict:
+        """Per provider: the simulated one (capacity, outage, what it admitted and refused) and
+        the core's record of it (limits, peak, throttled attempts)."""
+        out = {}
+        for name, p in self.state.providers.items():
+            sp = self.sim_providers.get(name)
+            out[name] = {"declared": p.declared, "effective": p.effective, "peak_running": p.peak_running,
+                         "throttled": p.throttled, "retry_after_ms_total": p.retry_after_ms_total}
+            if sp is not None:
+                out[name] |= {"sim_capacity": sp.capacity, "sim_outage_ms": list(sp.outage),
+                              "sim_admitted": sp.admitted, "sim_refused": sp.refused,
+                              "sim_peak_inflight": sp.peak_inflight}
+        return out
 
     def fail(self, what: str) -> NoReturn:
         raise SimFailure(self.seed, self.commands, self.now, what)
 
     def settled_checks(self, summary: Any) -> None:
-        """The run settled, and a cell is incomplete only for running out of attempts."""
+        """The run settled, and a cell is incomplete only for running out of attempts (or, in the
+        providers scenario, of throttled attempts)."""
         if summary.state not in ("complete", "incomplete"):
             self.fail(f"run ended {summary.state}, not settled")
+        allowed = ("exhausted", "provider_throttled") if self.providers else ("exhausted",)
         for inc in summary.incomplete:
-            if inc.reason != "exhausted":
+            if inc.reason not in allowed:
                 self.fail(f"cell {inc.cell_id} ended incomplete as {inc.reason}")
 
     def final_checks(self, summary) -> None:
@@ -752,11 +915,29 @@ class Simulation:
             replayed, _ = step(replayed, cmd)
         if durable_fingerprint(replayed) != durable_fingerprint(self.state):
             fail("replaying the whole log does not rebuild the final state")
+        if self.providers:
+            self.provider_final_checks(summary)
+
+    def provider_final_checks(self, summary: Any) -> None:
+        """The core heard of no more 429s than the simulated providers gave; a cell that ended
+        provider_throttled used up its throttled attempts on a provider that throttles."""
+        run = self.state.runs[self.run_id]
+        for name, p in self.state.providers.items():
+            sp = self.sim_providers.get(name)
+            if p.throttled > (sp.refused if sp else 0):
+                self.fail(f"provider {name} counts {p.throttled} throttled attempts, it refused "
+                          f"{sp.refused if sp else 0}")
+        for inc in summary.incomplete:
+            cell = run.cells[inc.cell_id]
+            if inc.reason == "provider_throttled" and (
+                    cell.throttled < run.max_throttled(cell)
+                    or self.subject_provider.get(cell.subject_id, "default") not in self.sim_providers):
+                self.fail(f"cell {inc.cell_id} ended provider_throttled after {cell.throttled} throttled attempts")
 
 
-def run_seed(seed: int, check: bool) -> dict:
+def run_seed(seed: int, check: bool, providers: bool = False) -> dict:
     """One seed; an assertion inside the core (an invariant violation) becomes a SimFailure."""
-    sim = Simulation(seed, check=check)
+    sim = Simulation(seed, check=check, providers=providers)
     try:
         return sim.run()
     except AssertionError as e:
@@ -804,6 +985,65 @@ def run_order_check(seed: int) -> dict:
             "first_ms": first_ms, "second_ms": sim.now - sim.start_ms}
 
 
+def provider_view(sim: Simulation) -> dict:
+    """Per cell what can be compared between a run with providers and one without: its counted
+    attempts (all, less the throttled), the counted number of its selected attempt, and that
+    attempt's status and score, and how it ended (selected, or the summary's incomplete reason)."""
+    run = sim.state.runs[sim.run_id]
+    reasons = {i.cell_id: i.reason for i in summarize(sim.state, sim.run_id).incomplete}
+    cells = {}
+    for cid, cell in run.cells.items():
+        counted = [t for t in cell.attempts
+                   if not (sim.state.attempts[t].report and sim.state.attempts[t].report.throttled)]
+        report = sim.state.attempts[cell.selected].report if cell.selected else None
+        cells[cid] = {"counted": len(counted), "throttled": cell.throttled,
+                      "selected": counted.index(cell.selected) + 1 if cell.selected else None,
+                      "status": report.status.name if report else None, "score": report.score if report else None,
+                      "ended": "selected" if cell.selected else reasons.get(cid, "?")}
+    return cells
+
+
+def run_provider_check(seed: int) -> dict:
+    """A limited run selects exactly what an unlimited one selects. The seed runs quiet (no fault
+    that loses an attempt to timing; an attempt's outcome and duration drawn from its cell and its
+    counted number) twice: with the providers scenario (limits, simulated providers that throttle,
+    invariants after every command), and without providers (no limits, no throttling). Compared
+    per cell: a cell selected with providers is selected without, on the same counted attempt,
+    with the same status and score; a cell exhausted with providers is exhausted without, after
+    the same counted attempts; a cell that ended provider_throttled (its throttled attempts used
+    up, which the unlimited run cannot do) had made counted attempts that the unlimited run also
+    made without selecting, that is fewer than it made or than its selected attempt's number. A
+    cell never has counted attempts over maxAttemptsPerCell in either run."""
+    limited = Simulation(seed, check=True, quiet=True, providers=True)
+    unlimited = Simulation(seed, check=True, quiet=True)
+    for sim in (limited, unlimited):
+        try:
+            sim.run()
+        except AssertionError as e:
+            raise SimFailure(seed, sim.commands, sim.now, f"assertion failed: {e}") from e
+    a, b = provider_view(limited), provider_view(unlimited)
+    fail = limited.fail
+    ended: dict[str, int] = {}
+    for cid, x in a.items():
+        y = b[cid]
+        ended[x["ended"]] = ended.get(x["ended"], 0) + 1
+        if x["ended"] == "provider_throttled":
+            if y["throttled"] or not (x["counted"] < (y["selected"] or y["counted"] + 1)):
+                fail(f"cell {cid} ended provider_throttled after {x['counted']} counted attempts, "
+                     f"the unlimited run {y}")
+        elif x["ended"] == "selected":
+            if {k: x[k] for k in ("counted", "selected", "status", "score", "ended")} != \
+                    {k: y[k] for k in ("counted", "selected", "status", "score", "ended")}:
+                fail(f"cell {cid} selected with providers {x}, without {y}")
+        elif x["ended"] != y["ended"] or x["counted"] != y["counted"]:
+            fail(f"cell {cid} ended {x['ended']} with providers ({x['counted']} counted), "
+                 f"{y['ended']} without ({y['counted']})")
+    refused = sum(p.refused for p in limited.sim_providers.values())
+    return {"seed": seed, "cells": len(a), "ended": ended, "throttled": refused,
+            "peak_over_capacity": any(p.peak_inflight > p.capacity for p in limited.sim_providers.values()
+                                      if p.capacity)}
+
+
 def parse_range(text: str) -> range:
     lo, _, hi = text.partition("-")
     return range(int(lo), int(hi or lo) + 1)
@@ -818,6 +1058,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-trace", action="store_true", help="leave the trace out of the report")
     ap.add_argument("--order-check", action="store_true",
                     help="per seed, a quiet run and the same spec ordered from it must select the same")
+    ap.add_argument("--providers", action="store_true",
+                    help="the providers scenario: subjects on simulated model providers that admit a few "
+                         "cells at once and throttle the rest (tools.simulate.draw_providers)")
+    ap.add_argument("--provider-check", action="store_true",
+                    help="per seed, a quiet run with providers and one without must select the same")
     ap.add_argument("--scale", action="store_true",
                     help="the scale scenario (tools/sim_scale.py): 10,000 workers x 4 slots, 1,000,000 cells, "
                          "invariants checked incrementally and at checkpoints")
@@ -828,6 +1073,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.scale:
         return sim_scale.main(args)
+    if args.provider_check:
+        seeds = args.seeds if args.seeds is not None else range(args.seed, args.seed + 1)
+        started = time.perf_counter()
+        checked = []
+        for seed in seeds:
+            try:
+                checked.append(run_provider_check(seed))
+            except SimFailure as e:
+                print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --provider-check", file=sys.stderr)
+                return 1
+        ended: dict[str, int] = {}
+        for one in checked:
+            for k, n in one["ended"].items():
+                ended[k] = ended.get(k, 0) + n
+        print(json.dumps({"provider_check": f"{seeds.start}-{seeds.stop - 1}", "passed": len(checked),
+                          "ended": ended, "throttled": sum(one["throttled"] for one in checked),
+                          "seconds": round(time.perf_counter() - started, 2)}, sort_keys=True))
+        return 0
     if args.order_check:
         seeds = args.seeds if args.seeds is not None else range(args.seed, args.seed + 1)
         started = time.perf_counter()
@@ -844,9 +1107,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.seeds is None:
         try:
-            report = run_seed(args.seed, args.check)
+            report = run_seed(args.seed, args.check, args.providers)
         except SimFailure as e:
-            print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check", file=sys.stderr)
+            flag = " --providers" if args.providers else ""
+            print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check{flag}", file=sys.stderr)
             return 1
         if args.no_trace:
             report.pop("trace")
@@ -856,18 +1120,25 @@ def main(argv: list[str] | None = None) -> int:
     totals = {"selected": 0, "incomplete": 0, "late_reports": 0, "restarts": 0}
     for seed in args.seeds:
         try:
-            report = run_seed(seed, args.check)
+            report = run_seed(seed, args.check, args.providers)
         except SimFailure as e:
-            print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check", file=sys.stderr)
+            flag = " --providers" if args.providers else ""
+            print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check{flag}", file=sys.stderr)
             return 1
         totals["selected"] += report["summary"]["selected"]
         totals["incomplete"] += report["summary"]["incomplete"]
         totals["late_reports"] += report["summary"]["late_reports"]
         totals["restarts"] += report["stats"]["coordinator_restarts"]
+        if args.providers:
+            totals["throttled"] = totals.get("throttled", 0) + sum(
+                p.get("sim_refused", 0) for p in report["providers"].values())
+            totals["provider_throttled"] = totals.get("provider_throttled", 0) + sum(
+                1 for i in report["incomplete"] if i["reason"] == "provider_throttled")
     elapsed = time.perf_counter() - started
     n = len(args.seeds)
+    extra = {"providers": True} if args.providers else {}
     print(json.dumps({"seeds": f"{args.seeds.start}-{args.seeds.stop - 1}", "passed": n, "check": args.check,
-                      "seconds": round(elapsed, 2), "seconds_per_seed": round(elapsed / n, 4), **totals},
+                      "seconds": round(elapsed, 2), "seconds_per_seed": round(elapsed / n, 4), **totals, **extra},
                      sort_keys=True))
     return 0
 

@@ -41,6 +41,13 @@ PROVIDERS_PER_RUN_MAX = 64
 GROUP_DEADLINE_FACTOR = 2
 GROUP_DEADLINE_SLACK_MS = 60_000
 
+# The coordinator's own outage (coordinator/actor.py `_tick`): ticks (every 200 ms) that come
+# this much later than due, or an event loop that has not beaten for this long, mean the
+# coordinator itself was not running (a frozen VM, a live migration, a stalled disk, a blocked
+# loop), and whatever silence that caused expires nobody (a logged CoordinatorStalled).
+COORDINATOR_STALL_MS = 2_000
+LOOP_BEAT_MS = 250  # how often the event loop tells the actor it is alive
+
 HEARTBEAT_INTERVAL_MS_MIN = 10
 HEARTBEAT_INTERVAL_MS_MAX = 60_000
 ATTEMPTS_PER_CELL_MAX = 100

@@ -53,6 +53,7 @@ from common.limits import (
     ACTOR_QUEUE_COMMANDS_MAX,
     COMMIT_BATCH_COMMANDS_MAX,
     COMPACT_STEP_KEYS_MAX,
+    COORDINATOR_STALL_MS,
     SNAPSHOT_PART_BYTES,
     SNAPSHOT_PARTS_AHEAD_MAX,
 )
@@ -238,7 +239,8 @@ class Actor:
                  on_snapshot: Callable[[dict], None] | None = None,
                  gather_ms: float = ACTOR_GATHER_WAIT_MS,
                  gather_after_ms: float = ACTOR_GATHER_AFTER_MS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._state = state
         self._index = index
@@ -268,9 +270,15 @@ class Actor:
         self.commits = 0  # batches committed (for benchmarks and metrics)
         self.records = 0
         self.last_now_ms = 0
+        self.stalls = 0  # CoordinatorStalled commands applied (for tests and metrics)
+        self._monotonic = monotonic
+        self._last_tick_mono = monotonic()  # when the actor last applied a tick
+        self._loop_beat: float | None = None  # when the event loop last said it is alive
+        self._stall_s = COORDINATOR_STALL_MS / 1000
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
+        self._last_tick_mono = self._monotonic()
         self._thread.start()
         if self._tick_ms > 0:
             self._ticker.start()
@@ -292,6 +300,11 @@ class Actor:
         except queue.Full:
             raise Overloaded(f"actor queue holds {ACTOR_QUEUE_COMMANDS_MAX} requests") from None
 
+    def loop_beat(self) -> None:
+        """The event loop that reads the workers' frames is running (any thread; coordinator/main.py
+        calls it every LOOP_BEAT_MS from the loop). Until the first beat, only ticks are judged."""
+        self._loop_beat = self._monotonic()
+
     # -- the thread ----------------------------------------------------------------------------
     def _now(self) -> int:
         now = self._clock()
@@ -311,8 +324,24 @@ class Actor:
             except queue.Full:
                 self._tick_pending.clear()
 
-    def _tick(self, now: int) -> object:
+    def _tick(self, now: int) -> object | None:
+        """The clock's tick, unless the coordinator was not itself since the last one: then a
+        CoordinatorStalled in its place (its own silence expires nobody), and nothing at all
+        while the event loop is blocked now (time stands still for liveness meanwhile)."""
         self._tick_pending.clear()
+        mono = self._monotonic()
+        beat = self._loop_beat
+        if beat is not None and mono - beat > self._stall_s:
+            return None  # the loop that would read the workers' heartbeats is not running
+        gap = mono - self._last_tick_mono
+        self._last_tick_mono = mono
+        if gap > self._stall_s:
+            self.stalls += 1
+            stalled_ms = round(gap * 1000)
+            log.warning("coordinator_stalled", stalled_ms=stalled_ms,
+                        detail="the coordinator itself was not running (frozen, paused, blocked): "
+                               "every worker gets the recovery grace")
+            return c.CoordinatorStalled(now, stalled_ms)
         return c.ClockTicked(now)
 
     def _main(self) -> None:
@@ -410,6 +439,8 @@ class Actor:
             assert req.make is not None
             now = self._now()
             cmd = req.make(now)
+            if cmd is None:
+                continue  # a tick withheld (`_tick`)
             # A run's records are built at once and live as long as the process: build (and
             # log) them without collections (3x faster at 300,000 cells), then keep them out
             # of every later collection's walk.

@@ -201,7 +201,11 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
     await server.start()
     host = cfg.listen.rsplit(":", 1)[0]
     address = f"{host}:{port}"
-    (cfg.data_dir / "listen.addr").write_text(address + "\n")
+    # Written whole, then renamed: a reader that sees the file sees the address (it read an
+    # empty one under load when the file was written in place).
+    partial = cfg.data_dir / "listen.addr.partial"
+    partial.write_text(address + "\n")
+    os.replace(partial, cfg.data_dir / "listen.addr")
     for name in names[:2] + ("",):
         await _set_health(health_servicer, name, health_pb2.HealthCheckResponse.SERVING)
     log.info("listening", address=address, tls=bool(cfg.tls_cert), client_certs=cfg.tls_client_ca is not None,
@@ -220,6 +224,7 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
             log.info("metrics_listening", address=f"{cfg.metrics_listen.rpartition(':')[0]}:{metrics_port}")
             sampler = tg.create_task(_sample_metrics(actor, hub, metrics))
         supervisor = tg.create_task(_supervise(notifier, actor, hub)) if notifier.enabled else None
+        beating = tg.create_task(_beat(actor))
         notifier.ready(await status_line(actor, hub))
 
         stop = asyncio.Event()
@@ -229,7 +234,7 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
         await stop.wait()
         notifier.stopping("stopping: draining sessions and the actor")
         log.info("shutting_down")
-        for task in (sampler, supervisor, collecting):
+        for task in (sampler, supervisor, collecting, beating):
             if task is not None:
                 task.cancel()
     for name in names[:2] + ("",):
@@ -239,6 +244,14 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
     collector.uninstall()
     log.info("stopped", last_index=store.last_index)
     return 0
+
+
+async def _beat(actor: Actor) -> None:
+    """Tell the actor the event loop runs: while it does not (blocked), the actor withholds the
+    clock's ticks, and when it runs again the gap is a logged CoordinatorStalled."""
+    while True:
+        actor.loop_beat()
+        await asyncio.sleep(limits.LOOP_BEAT_MS / 1000)
 
 
 async def _sample_metrics(actor: Actor, hub: Hub, metrics: Metrics) -> None:

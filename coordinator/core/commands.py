@@ -180,6 +180,16 @@ class CoordinatorRecovered:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class CoordinatorStalled:
+    """The shell found the coordinator's own time jumped (the actor's ticks far later than due,
+    or the event loop that reads the workers' frames blocked): whatever silence that caused is
+    the coordinator's outage, not the workers'. Applied before anything else after the stall."""
+
+    now_ms: int
+    stalled_ms: int
+
+
 # Derived durable decisions: returned by `step` from soft commands, and replayed from the log.
 @dataclass(frozen=True, slots=True)
 class WorkerSuspected:
@@ -228,7 +238,7 @@ Command = (
     | ArtifactStored | GroupFinished | RunPaused | RunRecovered | RunRepaired | CellRetryGranted
     | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
     | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased | WorkerStreamEnded
-    | WorkerLost | StreamsAlive
+    | WorkerLost | StreamsAlive | CoordinatorStalled
 )
 SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked, StreamsAlive)
 

@@ -652,6 +652,30 @@ def _coordinator_recovered(state: State, cmd: c.CoordinatorRecovered, fx: Fx) ->
     return ACCEPTED
 
 
+def _coordinator_stalled(state: State, cmd: c.CoordinatorStalled, fx: Fx) -> Outcome:
+    """The coordinator's own outage (a frozen VM, a blocked loop): as after a restart, every
+    worker is given the recovery grace to be heard from again, deadlines wait it out, and a
+    stream that ended meanwhile is silence (with that grace), not a worker that left."""
+    if cmd.stalled_ms < 0:
+        return rejected(Rejection.MALFORMED_FRAME, f"a stall of {cmd.stalled_ms} ms")
+    timing = _timing(state)
+    fresh = max(cmd.now_ms, cmd.now_ms + timing.recovery_grace_ms - timing.expire_after_ms)
+    last_heard = state.soft.last_heard_ms
+    for worker in state.workers.values():
+        if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED, WorkerStatus.RECONCILING):
+            if last_heard.get(worker.worker_id, 0) < fresh:
+                last_heard[worker.worker_id] = fresh
+    state.soft.stream_ended_ms.clear()
+    state.recovered_ms = cmd.now_ms
+    state.recovery_grace_ms = timing.recovery_grace_ms
+    _liveness_moved(state)
+    state.version += 1
+    fx.append(Emit("coordinator_stalled", None, "",
+                   f"the coordinator was stalled {cmd.stalled_ms} ms: every worker and deadline gets "
+                   f"the {timing.recovery_grace_ms} ms recovery grace, and nobody is expired for the silence"))
+    return ACCEPTED
+
+
 def _worker_suspected(state: State, cmd: c.WorkerSuspected, fx: Fx) -> Outcome:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
@@ -862,7 +886,11 @@ def _stream_ended(state: State, cmd: c.WorkerStreamEnded) -> Transition:
     if worker.status != WorkerStatus.ACTIVE:
         return Transition(ACCEPTED)
     timing = _timing(state)
-    if timing.stream_end_grace_ms > 0 and 0 <= cmd.quiet_ms < limits.STREAM_END_QUIET_MS_MAX:
+    # Inside the coordinator's own recovery grace (a restart, a stall) a stream end is silence:
+    # streams cut while the coordinator was not itself say nothing about their workers.
+    own_grace = cmd.now_ms < state.recovered_ms + state.recovery_grace_ms
+    if (timing.stream_end_grace_ms > 0 and 0 <= cmd.quiet_ms < limits.STREAM_END_QUIET_MS_MAX
+            and not own_grace):
         state.soft.stream_ended_ms[worker.worker_id] = cmd.now_ms
         _liveness_moved(state)
     return _HANDLERS[c.WorkerSuspected](state, c.WorkerSuspected(cmd.now_ms, worker.worker_id))
@@ -1240,6 +1268,7 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.WorkerDrained: _durable(_worker_drained),
     c.WorkerGone: _durable(_worker_gone),
     c.CoordinatorRecovered: _durable(_coordinator_recovered),
+    c.CoordinatorStalled: _durable(_coordinator_stalled),
     c.WorkerSuspected: _durable(_worker_suspected),
     c.WorkerResumed: _durable(_worker_resumed),
     c.WorkerExpired: _durable(_worker_expired),

@@ -142,6 +142,11 @@ def _case_coordinator_recovered():
     return k, c.CoordinatorRecovered(10), OutcomeKind.ACCEPTED
 
 
+def _case_coordinator_stalled():
+    k = _one_run_one_worker()
+    return k, c.CoordinatorStalled(10, 20_000), OutcomeKind.ACCEPTED
+
+
 def _case_worker_suspected():
     k = _one_run_one_worker()
     return k, c.WorkerSuspected(10, WorkerId("w1")), OutcomeKind.ACCEPTED
@@ -216,6 +221,7 @@ ONE_OF_EACH = {
     c.WorkerGone: _case_worker_gone,
     c.ClockTicked: _case_clock_ticked,
     c.CoordinatorRecovered: _case_coordinator_recovered,
+    c.CoordinatorStalled: _case_coordinator_stalled,
     c.WorkerSuspected: _case_worker_suspected,
     c.WorkerResumed: _case_worker_resumed,
     c.WorkerExpired: _case_worker_expired,
@@ -1005,6 +1011,43 @@ def test_after_a_coordinator_restart_workers_must_say_hello_again():
     assert t.outcome == ACCEPTED and k.worker("w1").status == WorkerStatus.ACTIVE
     assert k.state.assignments[p0.assignment_id].authoritative
     assert k.heartbeat("w1").outcome == ACCEPTED
+    k.assert_replays()
+
+
+# --- CoordinatorStalled -----------------------------------------------------------------------
+
+def test_a_stall_of_the_coordinator_expires_nobody_for_the_silence_it_caused():
+    k = Core(make_spec(tasks=2, subjects=1), make_policy(group_deadline_ms=EXPIRE_MS))
+    [p0] = pushes(k.register("w1"))
+    [p1] = pushes(k.register("w2"))
+    k.advance(EXPIRE_MS * 3)  # frozen: nobody heard, every deadline passed
+    stalled_at = k.now
+    t = k.apply(c.CoordinatorStalled(k.now, EXPIRE_MS * 3))
+    assert t.outcome == ACCEPTED and durable_types(t) == ["CoordinatorStalled"]
+    assert any(getattr(e, "event", "") == "coordinator_stalled" for e in t.effects)
+    t = k.tick()
+    assert not any(isinstance(d, (c.WorkerExpired, c.WorkerSuspected)) for d in t.durable)
+    assert k.state.assignments[p0.assignment_id].authoritative and k.state.assignments[p1.assignment_id].authoritative
+    # w1 is heard again; w2 really is gone: it expires once the grace is out, not before.
+    ticks = k.clock(stalled_at + RECOVERY_GRACE_MS - 1, alive=("w1",))
+    assert not any(isinstance(d, c.WorkerExpired) for t in ticks for d in t.durable)
+    ticks = k.clock(stalled_at + RECOVERY_GRACE_MS + HEARTBEAT_MS, alive=("w1",))
+    expired = [d.worker_id for t in ticks for d in t.durable if isinstance(d, c.WorkerExpired)]
+    assert expired == ["w2"]
+    k.assert_replays()
+
+
+def test_a_stream_that_ends_right_after_a_stall_is_silence_not_a_worker_that_left():
+    k = Core(make_spec(tasks=1, subjects=1), make_policy(stream_end_grace_ms=500))
+    [p0] = pushes(k.register("w1"))
+    k.advance(EXPIRE_MS * 2)
+    k.apply(c.CoordinatorStalled(k.now, EXPIRE_MS * 2))
+    k.apply(c.WorkerStreamEnded(k.now, WorkerId("w1"), quiet_ms=10))
+    ticks = k.clock(k.now + RECOVERY_GRACE_MS - HEARTBEAT_MS)  # well past the 500 ms stream-end grace
+    assert not any(isinstance(d, (c.WorkerLost, c.WorkerExpired)) for t in ticks for d in t.durable)
+    assert k.state.assignments[p0.assignment_id].authoritative
+    k.register("w1", owned=(p0.assignment_id,))  # back: it keeps its group
+    assert k.state.assignments[p0.assignment_id].authoritative
     k.assert_replays()
 
 

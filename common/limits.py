@@ -36,6 +36,12 @@ PROVIDER_INITIAL_CELLS = 8
 PROVIDER_PROBE_FACTOR = 4
 PROVIDER_CELLS_MAX = 1 << 20
 PROVIDERS_PER_RUN_MAX = 64
+# A broken worker (a full disk, a missing tool, a broken container runtime) fails every attempt
+# fast and would claim the whole queue: after this many infrastructure failures in a row while
+# other workers' attempts succeed it is quarantined, probed again after the backoff.
+QUARANTINE_AFTER_FAILURES_DEFAULT = 5
+QUARANTINE_BACKOFF_MS_DEFAULT = 60_000
+QUARANTINE_BACKOFF_MAX_MS = 3_600_000
 # A group deadline is derived from the budget: subject and verifier time, times a factor for
 # the setup and cleanup the budget does not cover, plus a fixed slack.
 GROUP_DEADLINE_FACTOR = 2

@@ -21,7 +21,8 @@ ENVIRONMENT_MATCHES = ("worker", "cell")
 ADDED_LATER: dict[str, Any] = {"environment_match": "worker", "order_from": "",
                                "stream_end_grace_ms": 1_500, "providers": (),
                                "max_throttled_attempts_per_cell": 20,
-                               "max_observed_cost_usd": 0.0}  # name -> its value when absent
+                               "max_observed_cost_usd": 0.0, "quarantine_after_failures": 5,
+                               "quarantine_backoff_ms": 60_000}  # name -> its value when absent
 # Defaults a field had in earlier releases. A run frozen under one of them is the same run as
 # the same document submitted today, at today's default: resubmitting it resumes the run with
 # the policy it was frozen with (`Policy.resumes`), instead of refusing it as another policy.
@@ -76,6 +77,12 @@ class Policy:
     max_throttled_attempts_per_cell: int = limits.MAX_THROTTLED_ATTEMPTS_PER_CELL_DEFAULT
     # The run pauses when its known observed cost reaches this many dollars; 0: no cap.
     max_observed_cost_usd: float = 0.0
+    # A worker whose infrastructure failures reach this many in a row while other workers'
+    # attempts succeed is quarantined (no new work; those attempts do not count); 0: never.
+    quarantine_after_failures: int = limits.QUARANTINE_AFTER_FAILURES_DEFAULT
+    # How long a quarantined worker waits before it is probed with one group; doubles for each
+    # quarantine in a row, up to limits.QUARANTINE_BACKOFF_MAX_MS.
+    quarantine_backoff_ms: int = limits.QUARANTINE_BACKOFF_MS_DEFAULT
 
     def canonical(self) -> str:
         return canonical_json(self.document())
@@ -135,6 +142,8 @@ _BOUNDS: dict[str, tuple[int, int]] = {
     "group_deadline_ms": (0, 30 * 24 * 3600_000),
     "stream_end_grace_ms": (0, 7 * 24 * 3600_000),
     "max_throttled_attempts_per_cell": (1, limits.MAX_THROTTLED_ATTEMPTS_PER_CELL_MAX),
+    "quarantine_after_failures": (0, 10_000),
+    "quarantine_backoff_ms": (0, limits.QUARANTINE_BACKOFF_MAX_MS),
 }
 COST_USD_MAX = 1e9
 PROVIDER_FIELDS = {"maxConcurrentCells", "subjects"}

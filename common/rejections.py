@@ -53,3 +53,4 @@ class Rejection(enum.IntEnum):
     # Issue 22 (providers and spend).
     SPEND_CAP_REACHED = 43  # a recover of a run at its spend cap without a cap above its observed cost
     PROVIDERS_INVALID = 44  # a subject's provider in the spec contradicts the policy's mapping
+    WORKER_NOT_QUARANTINED = 45  # a release of a worker that is not quarantined

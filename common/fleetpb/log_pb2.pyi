@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LogRecord(_message.Message):
-    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released", "worker_lost", "coordinator_stalled")
+    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released", "worker_lost", "coordinator_stalled", "worker_quarantined", "worker_probed", "worker_released")
     class RunSubmitted(_message.Message):
         __slots__ = ("run_id", "spec", "policy", "manifest", "worker_keys", "order")
         class ManifestEntry(_message.Message):
@@ -128,6 +128,21 @@ class LogRecord(_message.Message):
     class CoordinatorRecovered(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
+    class WorkerQuarantined(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class WorkerProbed(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+    class WorkerReleased(_message.Message):
+        __slots__ = ("worker_id",)
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
     class CoordinatorStalled(_message.Message):
         __slots__ = ("stalled_ms",)
         STALLED_MS_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +218,9 @@ class LogRecord(_message.Message):
     RUN_PIN_RELEASED_FIELD_NUMBER: _ClassVar[int]
     WORKER_LOST_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_STALLED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_PROBED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_RELEASED_FIELD_NUMBER: _ClassVar[int]
     index: int
     now_ms: int
     run_submitted: LogRecord.RunSubmitted
@@ -225,7 +243,10 @@ class LogRecord(_message.Message):
     run_pin_released: LogRecord.RunPinReleased
     worker_lost: LogRecord.WorkerLost
     coordinator_stalled: LogRecord.CoordinatorStalled
-    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ..., worker_lost: _Optional[_Union[LogRecord.WorkerLost, _Mapping]] = ..., coordinator_stalled: _Optional[_Union[LogRecord.CoordinatorStalled, _Mapping]] = ...) -> None: ...
+    worker_quarantined: LogRecord.WorkerQuarantined
+    worker_probed: LogRecord.WorkerProbed
+    worker_released: LogRecord.WorkerReleased
+    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ..., worker_lost: _Optional[_Union[LogRecord.WorkerLost, _Mapping]] = ..., coordinator_stalled: _Optional[_Union[LogRecord.CoordinatorStalled, _Mapping]] = ..., worker_quarantined: _Optional[_Union[LogRecord.WorkerQuarantined, _Mapping]] = ..., worker_probed: _Optional[_Union[LogRecord.WorkerProbed, _Mapping]] = ..., worker_released: _Optional[_Union[LogRecord.WorkerReleased, _Mapping]] = ...) -> None: ...
 
 class LogEntry(_message.Message):
     __slots__ = ("record", "crc32")

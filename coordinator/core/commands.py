@@ -219,6 +219,33 @@ class WorkerLost:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerQuarantined:
+    """A worker's infrastructure failures reached the policy's bound in a row while other workers'
+    attempts succeeded (derived from a clock tick): it gets no new work until it is probed, and
+    the attempts of its streak do not count against their cells."""
+
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProbed:
+    """A quarantined worker's backoff ended (derived from a clock tick): it may take work again,
+    on probation (its next infrastructure failure quarantines it again, for twice as long)."""
+
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReleased:
+    """An operator lifted a worker's quarantine (`fleetctl release WORKER`)."""
+
+    now_ms: int
+    worker_id: WorkerId
+
+
+@dataclass(frozen=True, slots=True)
 class TimeAdvanced:
     now_ms: int
 
@@ -238,7 +265,7 @@ Command = (
     | ArtifactStored | GroupFinished | RunPaused | RunRecovered | RunRepaired | CellRetryGranted
     | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
     | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased | WorkerStreamEnded
-    | WorkerLost | StreamsAlive | CoordinatorStalled
+    | WorkerLost | StreamsAlive | CoordinatorStalled | WorkerQuarantined | WorkerProbed | WorkerReleased
 )
 SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked, StreamsAlive)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.evidence import is_selectable
-from coordinator.core.state import AttemptState, GroupState, GroupStatus, State, WorkerStatus
+from coordinator.core.state import AttemptState, GroupState, GroupStatus, State, WorkerStatus, counted_attempts
 from coordinator.core.summary import walk_cell_counts
 
 
@@ -53,7 +53,8 @@ def check(state: State) -> list[str]:
     for wid, w in state.workers.items():
         if wid not in per_worker and w.assignments:
             bad.append(f"worker {wid} lists assignments it does not hold")
-        free = w.status == WorkerStatus.ACTIVE and not w.draining and len(w.assignments) < w.slots
+        free = (w.status == WorkerStatus.ACTIVE and not w.draining and not w.quarantined_until_ms
+                and len(w.assignments) < w.slots)
         if free != (wid in state.free_workers):
             bad.append(f"worker {wid} free-list membership is wrong")
     active_slots = sum(w.slots for w in state.workers.values() if w.status == WorkerStatus.ACTIVE)
@@ -77,8 +78,8 @@ def check(state: State) -> list[str]:
             for cid in group.cells:
                 cell = run.cells[cid]
                 limit = run.max_attempts(cell)
-                if len(cell.attempts) - cell.throttled > limit:
-                    bad.append(f"cell {cid} has {len(cell.attempts) - cell.throttled} attempts over its limit {limit}")
+                if counted_attempts(cell) > limit:
+                    bad.append(f"cell {cid} has {counted_attempts(cell)} attempts over its limit {limit}")
                 if cell.throttled > run.max_throttled(cell):
                     bad.append(f"cell {cid} has {cell.throttled} throttled attempts over its bound")
                 orders = [state.attempts[t].dispatch_order for t in cell.attempts]

@@ -64,6 +64,7 @@ from coordinator.core.state import (
     State,
     WorkerState,
     WorkerStatus,
+    counted_attempts,
 )
 
 Fx = list[Effect]
@@ -452,6 +453,7 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if report.throttled:
         cell.throttled += 1
     selectable = is_selectable(report)
+    _streak(state, state.workers[cmd.worker_id], attempt.attempt_id, cell, report, selectable, cmd.now_ms)
     if selectable and cell.selected is None:
         cell.selected = attempt.attempt_id
         run.selected_cells += 1
@@ -589,17 +591,171 @@ def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcom
     cell.grants += 1
     state.version += 1
     if group.status == GroupStatus.SETTLED:
-        was_settled = run.settled
-        if was_settled:
-            _liveness_moved(state)  # unsettled again: its timing and pause count once more
-        _count_group(state, run, group, exhausted=-1)
-        run.settled_groups -= 1
-        if was_settled:
-            providers.refresh_declared(state)  # its declared limits count again
-        group.status = GroupStatus.WAITING
-        group.eligible_ms = cmd.now_ms
-        heapq.heappush(run.ready, run.ready_key(group.index))
+        _unsettle(state, run, group, cmd.now_ms)
     fx.append(Emit("cell_retry_granted", run.run_id, cell.cell_id))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _unsettle(state: State, run: RunState, group: GroupState, now: int) -> None:
+    """A settled group has a cell to run again (a grant, attempts given back): it waits, ready."""
+    was_settled = run.settled
+    if was_settled:
+        _liveness_moved(state)  # unsettled again: its timing and pause count once more
+    _count_group(state, run, group, exhausted=-1)
+    run.settled_groups -= 1
+    if was_settled:
+        providers.refresh_declared(state)  # its declared limits count again
+    group.status = GroupStatus.WAITING
+    group.eligible_ms = now
+    heapq.heappush(run.ready, run.ready_key(group.index))
+
+
+# --- quarantine of a broken worker ------------------------------------------------------------
+# A worker that fails every attempt fast (a full disk, a missing tool, a broken container
+# runtime) frees its slot at once and claims the next group: it would exhaust the whole queue.
+# Its infrastructure failures in a row (not selectable, not throttled, no environment failure:
+# that one blocks the run) are its streak; a selectable report ends it. A streak at the policy's
+# bound while another worker has produced a selectable report since it began means the worker,
+# not the run, is broken: the next tick quarantines it (a logged WorkerQuarantined), the
+# streak's attempts are given back to their cells, and after the backoff (doubling per
+# quarantine in a row) it is probed with work again. A streak no other worker contradicts is
+# the run's problem, and its cells run out of attempts as before.
+
+def _streak(state: State, worker: WorkerState, tid, cell: CellState, report, selectable: bool, now: int) -> None:
+    if selectable:
+        worker.last_selected_ms = now
+        if worker.streak or worker.probation or worker.quarantines:
+            worker.streak, worker.probation, worker.quarantines = [], False, 0
+        return
+    if report.throttled or report.environment_failure:
+        return
+    if worker.quarantined_until_ms:
+        cell.forgiven += 1  # a group it held when quarantined: known broken, given back at once
+        return
+    if not worker.streak:
+        worker.streak_started_ms = now
+    worker.streak.append(tid)
+    if _streaking(worker, _timing(state).quarantine_after_failures):
+        _quarantine_watch(state)[worker.worker_id] = None
+
+
+def _streaking(worker: WorkerState, bound: int) -> bool:
+    return bool(bound) and bool(worker.streak) and (len(worker.streak) >= bound or worker.probation)
+
+
+def _quarantine_watch(state: State) -> dict:
+    """Workers each tick looks at: streaks at the bound, and quarantines (rebuilt when absent)."""
+    watch = state.soft.quarantine_watch
+    if watch is None:
+        bound = _timing(state).quarantine_after_failures
+        watch = state.soft.quarantine_watch = {w.worker_id: None for w in state.workers.values()
+                                               if w.quarantined_until_ms or _streaking(w, bound)}
+    return watch
+
+
+def _quarantine_due(state: State, worker: WorkerState, bound: int) -> bool:
+    if worker.quarantined_until_ms or not _streaking(worker, bound):
+        return False
+    if worker.probation:
+        return True  # shown broken before, and failed its probe
+    since = worker.streak_started_ms
+    return any(o.last_selected_ms >= since and o is not worker
+               for o in state.workers.values())
+
+
+def _quarantine_ticks(state: State, now: int, fx: list, durable: list) -> None:
+    watch = _quarantine_watch(state)
+    if not watch:
+        return
+    bound = _timing(state).quarantine_after_failures
+    for wid in list(watch):
+        worker = state.workers[wid]
+        if worker.quarantined_until_ms:
+            if now < worker.quarantined_until_ms:
+                continue
+            t = _HANDLERS[c.WorkerProbed](state, c.WorkerProbed(now, wid))
+        elif _quarantine_due(state, worker, bound):
+            t = _HANDLERS[c.WorkerQuarantined](state, c.WorkerQuarantined(now, wid))
+        else:
+            if not _streaking(worker, bound):
+                del watch[wid]
+            continue
+        fx.extend(t.effects)
+        durable.extend(t.durable)
+
+
+def _worker_quarantined(state: State, cmd: c.WorkerQuarantined, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return _unknown_worker(cmd.worker_id)
+    if worker.quarantined_until_ms or not worker.streak:
+        return DUPLICATE
+    timing = _timing(state)
+    backoff = min(limits.QUARANTINE_BACKOFF_MAX_MS, timing.quarantine_backoff_ms << min(worker.quarantines, 20))
+    last = state.attempts[worker.streak[-1]].report
+    failures = len(worker.streak)
+    worker.quarantine_reason = (f"{failures} infrastructure failures in a row while other workers' attempts "
+                                f"succeeded; the last: {last.detail if last is not None else 'unknown'}")[:limits.ID_CHARS_MAX]
+    worker.quarantined_until_ms = cmd.now_ms + max(backoff, 1)
+    worker.quarantines += 1
+    worker.probation = False
+    given = _forgive(state, worker.streak, cmd.now_ms)
+    worker.streak = []
+    state.version += 1
+    _refresh_free(state, worker)
+    _quarantine_watch(state)[worker.worker_id] = None
+    fx.append(Emit("worker_quarantined", None, worker.worker_id,
+                   f"{worker.quarantine_reason}; {given} attempts given back to their cells; "
+                   f"probed again in {max(backoff, 1)} ms"))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _forgive(state: State, streak: list, now: int) -> int:
+    """The streak's attempts no longer count against their cells; a group they had settled
+    waits again."""
+    for tid in streak:
+        attempt = state.attempts[tid]
+        run = state.runs[attempt.run_id]
+        cell = run.cells[attempt.cell_id]
+        cell.forgiven += 1
+        group = run.groups[cell.group_index]
+        if group.status == GroupStatus.SETTLED and cell.selected is None and run.attempts_left(cell):
+            _unsettle(state, run, group, now)
+    return len(streak)
+
+
+def _worker_probed(state: State, cmd: c.WorkerProbed, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return _unknown_worker(cmd.worker_id)
+    if not worker.quarantined_until_ms:
+        return DUPLICATE
+    worker.quarantined_until_ms = 0
+    worker.probation = True
+    state.version += 1
+    _refresh_free(state, worker)
+    fx.append(Emit("worker_probed", None, worker.worker_id,
+                   f"quarantine {worker.quarantines} over: on probation, its next infrastructure failure "
+                   "quarantines it again"))
+    _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
+def _worker_released(state: State, cmd: c.WorkerReleased, fx: Fx) -> Outcome:
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return _unknown_worker(cmd.worker_id)
+    if not (worker.quarantined_until_ms or worker.probation):
+        return rejected(Rejection.WORKER_NOT_QUARANTINED, f"worker {cmd.worker_id} is not quarantined")
+    worker.quarantined_until_ms = 0
+    worker.probation = False
+    worker.quarantines = 0
+    worker.streak = []
+    state.version += 1
+    _refresh_free(state, worker)
+    fx.append(Emit("worker_released", None, worker.worker_id, "quarantine lifted by an operator"))
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
 
@@ -909,6 +1065,7 @@ def _clock_ticked(state: State, cmd: c.ClockTicked) -> Transition:
             # A decision may have moved what earlier workers' bounds rest on (a run settled by
             # an expiry, say): the bound is trusted only from a walk that decided nothing.
             _liveness_moved(state)
+    _quarantine_ticks(state, now, fx, durable)
     for run in state.runs.values():
         if run.pin is not None and not run.settled and not _pin_release_problem(state, run):
             t = _HANDLERS[c.RunPinReleased](state, c.RunPinReleased(now, run.run_id, run.pinned_by))
@@ -998,7 +1155,7 @@ def _set_status(state: State, worker: WorkerState, status: WorkerStatus) -> None
 
 
 def _refresh_free(state: State, worker: WorkerState) -> None:
-    free = (worker.status == WorkerStatus.ACTIVE and not worker.draining
+    free = (worker.status == WorkerStatus.ACTIVE and not worker.draining and not worker.quarantined_until_ms
             and len(worker.assignments) < worker.slots)
     listed = worker.worker_id in state.free_workers
     if free and not listed:
@@ -1106,7 +1263,7 @@ def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx
             fx.append(Emit("run_settled", run.run_id, run.run_id))
         return
     group.status = GroupStatus.WAITING
-    failed = max(len(cell.attempts) - cell.throttled for cell in pending)
+    failed = max(counted_attempts(cell) for cell in pending)
     group.eligible_ms = now + run.policy.backoff_ms(failed)
     for cell in pending:  # a throttled cell waits out its provider's retry-after
         last = state.attempts[cell.attempts[-1]] if cell.attempts else None
@@ -1121,7 +1278,7 @@ def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx
 def _exhausted_detail(run: RunState, cell: CellState) -> str:
     if cell.throttled >= run.max_throttled(cell):
         return f"provider throttled: {cell.throttled} throttled attempts, the bound of maxThrottledAttemptsPerCell"
-    return f"{len(cell.attempts) - cell.throttled} attempts, none selectable"
+    return f"{counted_attempts(cell)} attempts, none selectable"
 
 
 def _fill(state: State, now: int, fx: Fx) -> None:
@@ -1135,7 +1292,7 @@ def _fill(state: State, now: int, fx: Fx) -> None:
             heapq.heappush(run.ready, run.ready_key(heapq.heappop(run.backoff)[1]))
             state.version += 1
         cap = run.spec.max_concurrent_groups
-        if run.subject_providers and state.providers:
+        if run.subject_providers and _limited(state, run):
             _fill_limited(state, run, cap, now, fx)
         else:
             while run.ready and run.active < cap:
@@ -1145,6 +1302,13 @@ def _fill(state: State, now: int, fx: Fx) -> None:
                 _dispatch(state, run, run.groups[run.ready_group(heapq.heappop(run.ready))], worker, now, fx)
         if not state.free_workers:
             return
+
+
+def _limited(state: State, run: RunState) -> bool:
+    """Whether a provider of the run's subjects has a limit (the unnamed default has none until
+    it throttles): only then can a group have to wait for one."""
+    providers_of = state.providers
+    return any(providers_of[name].effective for name in run.subject_providers)
 
 
 def _fill_limited(state: State, run: RunState, cap: int, now: int, fx: Fx) -> None:
@@ -1269,6 +1433,9 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.WorkerGone: _durable(_worker_gone),
     c.CoordinatorRecovered: _durable(_coordinator_recovered),
     c.CoordinatorStalled: _durable(_coordinator_stalled),
+    c.WorkerQuarantined: _durable(_worker_quarantined),
+    c.WorkerProbed: _durable(_worker_probed),
+    c.WorkerReleased: _durable(_worker_released),
     c.WorkerSuspected: _durable(_worker_suspected),
     c.WorkerResumed: _durable(_worker_resumed),
     c.WorkerExpired: _durable(_worker_expired),

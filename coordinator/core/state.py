@@ -49,6 +49,7 @@ class CellState:
     selected: AttemptId | None = None
     grants: int = 0  # extra attempts granted by an operator (`fleetctl retry`)
     throttled: int = 0  # attempts the provider throttled: not counted against maxAttemptsPerCell
+    forgiven: int = 0  # attempts a quarantined worker burned (issue 23): not counted either
 
 
 @fast_pickle
@@ -162,6 +163,16 @@ class WorkerState:
     fits: dict[RunId, RunFit] = field(default_factory=dict)
     refusal: Refusal | None = None  # the last time a run refused this worker, and why
     left_ms: int = 0  # when it expired or left; 0 while registered
+    # Quarantine of a worker whose attempts fail where others' succeed (machine.py `_quarantine`):
+    # its infrastructure failures in a row (since its last selectable report), when they began,
+    # when it last produced a selectable report, and while quarantined: until when and why.
+    streak: list[AttemptId] = field(default_factory=list)
+    streak_started_ms: int = 0
+    last_selected_ms: int = -1  # -1: never
+    quarantined_until_ms: int = 0  # 0: not quarantined; receives no work before it
+    quarantine_reason: str = ""
+    quarantines: int = 0  # in a row, without a selectable report between: the backoff doubles
+    probation: bool = False  # probed after a quarantine: one more failure quarantines it again
 
 
 @dataclass(slots=True)
@@ -225,10 +236,16 @@ class RunState:
         return self.policy.max_throttled_attempts_per_cell + cell.grants
 
     def attempts_left(self, cell: CellState) -> bool:
-        """Whether the cell may be dispatched again: a throttled attempt is not an attempt, and
-        counts against the bound of throttled attempts alone."""
-        return (len(cell.attempts) - cell.throttled < self.max_attempts(cell)
+        """Whether the cell may be dispatched again: a throttled attempt is not an attempt (it
+        counts against the bound of throttled attempts alone), nor is one a quarantined worker
+        burned."""
+        return (counted_attempts(cell) < self.max_attempts(cell)
                 and cell.throttled < self.max_throttled(cell))
+
+
+def counted_attempts(cell: CellState) -> int:
+    """The attempts that count against maxAttemptsPerCell."""
+    return len(cell.attempts) - cell.throttled - cell.forgiven
 
 
 @dataclass(slots=True)
@@ -266,6 +283,9 @@ class Soft:
     # submit, pause, resume or settling (the timing and the expiry freeze), a stamp that moves
     # a worker's liveness back. Decisions are those of a walk at every tick.
     tick_due_ms: int = 0
+    # Workers whose failure streak reached the policy's bound, or who are quarantined: each tick
+    # looks at them (machine.py `_quarantine_watch`). None: rebuilt from durable state.
+    quarantine_watch: dict[WorkerId, None] | None = None
 
     def __setstate__(self, state: object) -> None:
         """As pickle and copy restore a slotted object, but a field this build no longer has is
@@ -327,7 +347,8 @@ def durable_view(state: State) -> dict:
             "environment": [sorted(run.manifest.items()), list(run.worker_keys), run.pin, run.pinned_by,
                             run.pinned_ms, run.selected_cells],
             "groups": [[g.status, g.generation, g.assignment, g.eligible_ms] for g in run.groups],
-            "cells": {c.cell_id: [c.attempts, c.selected, c.grants, *([c.throttled] if c.throttled else [])]
+            "cells": {c.cell_id: [c.attempts, c.selected, c.grants,
+                                  *([c.throttled, c.forgiven] if c.throttled or c.forgiven else [])]
                       for c in run.cells.values()},
             # Only when set, so that the fingerprints of runs without them stay what they were.
             **({"spend": [run.cost_cap_usd, run.pause_reason]} if run.cost_cap_usd or run.pause_reason else {}),
@@ -347,7 +368,11 @@ def durable_view(state: State) -> dict:
                                   list(w.assignments), w.environment,
                                   {r: [f.components, f.differences] for r, f in w.fits.items()}, w.left_ms,
                                   None if w.refusal is None else [w.refusal.run_id, w.refusal.reason,
-                                                                  w.refusal.differences, w.refusal.at_ms]]
+                                                                  w.refusal.differences, w.refusal.at_ms],
+                                  # Only when set: fingerprints from before quarantines stay the same.
+                                  *([w.streak, w.streak_started_ms, w.quarantined_until_ms, w.quarantine_reason,
+                                     w.quarantines, w.probation]
+                                    if w.streak or w.quarantines or w.quarantined_until_ms or w.probation else [])]
                     for w in state.workers.values()},
         "assignments": {a.assignment_id: [a.run_id, a.group_index, a.generation, a.worker_id, list(a.attempts),
                                           a.dispatched_ms, a.deadline_ms, a.authoritative, a.unreported,

@@ -147,6 +147,29 @@ def _case_coordinator_stalled():
     return k, c.CoordinatorStalled(10, 20_000), OutcomeKind.ACCEPTED
 
 
+def _quarantined_worker(release: bool = False):
+    from tests.unit.test_core_quarantine import black_hole_beside_a_healthy_worker
+    k = black_hole_beside_a_healthy_worker()
+    return k
+
+
+def _case_worker_quarantined():
+    from tests.unit.test_core_quarantine import black_hole_beside_a_healthy_worker, fail_until_streak
+    k = black_hole_beside_a_healthy_worker(tick=False)
+    return k, c.WorkerQuarantined(k.now, WorkerId("bad")), OutcomeKind.ACCEPTED
+
+
+def _case_worker_probed():
+    k = _quarantined_worker()
+    k.advance(10 ** 7)
+    return k, c.WorkerProbed(k.now, WorkerId("bad")), OutcomeKind.ACCEPTED
+
+
+def _case_worker_released():
+    k = _quarantined_worker()
+    return k, c.WorkerReleased(k.now, WorkerId("bad")), OutcomeKind.ACCEPTED
+
+
 def _case_worker_suspected():
     k = _one_run_one_worker()
     return k, c.WorkerSuspected(10, WorkerId("w1")), OutcomeKind.ACCEPTED
@@ -222,6 +245,9 @@ ONE_OF_EACH = {
     c.ClockTicked: _case_clock_ticked,
     c.CoordinatorRecovered: _case_coordinator_recovered,
     c.CoordinatorStalled: _case_coordinator_stalled,
+    c.WorkerQuarantined: _case_worker_quarantined,
+    c.WorkerProbed: _case_worker_probed,
+    c.WorkerReleased: _case_worker_released,
     c.WorkerSuspected: _case_worker_suspected,
     c.WorkerResumed: _case_worker_resumed,
     c.WorkerExpired: _case_worker_expired,

@@ -453,6 +453,8 @@ CASES: list[Case] = [
     Case("recover at the spend cap with a cap below the cost", Rejection.SPEND_CAP_REACHED, _at_spend_cap(0.012)),
     Case("recover with a negative cap", Rejection.SPEC_INVALID, _at_spend_cap(-1.0)),
     Case("recover with a cap that is not a number", Rejection.SPEC_INVALID, _at_spend_cap(math.nan)),
+    Case("release a worker that is not quarantined", Rejection.WORKER_NOT_QUARANTINED,
+         on_fresh_run(lambda k: c.WorkerReleased(k.now, WorkerId("w1")))),
     Case("a stall of negative length", Rejection.MALFORMED_FRAME,
          on_fresh_run(lambda k: c.CoordinatorStalled(k.now, -1))),
     Case("recover a run that is not paused", Rejection.RUN_NOT_PAUSED,

@@ -328,7 +328,8 @@ def test_a_canonical_text_means_what_it_meant_when_written_whatever_today_s_defa
         assert parse_canonical_policy(policy.canonical()) == policy
     # The values an absent field means are fixed for ever: changing one changes stored records.
     assert ADDED_LATER == {"environment_match": "worker", "order_from": "", "stream_end_grace_ms": 1_500,
-                           "providers": (), "max_throttled_attempts_per_cell": 20, "max_observed_cost_usd": 0.0}
+                           "providers": (), "max_throttled_attempts_per_cell": 20, "max_observed_cost_usd": 0.0,
+                           "quarantine_after_failures": 5, "quarantine_backoff_ms": 60_000}
 
 
 def test_providers_parse_sorted_and_read_back_from_their_canonical_text():

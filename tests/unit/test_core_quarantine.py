@@ -1,0 +1,140 @@
+"""A broken worker is quarantined, not fed (issue 23): a worker whose attempts fail fast (a
+full disk, a missing tool) beside one whose attempts succeed is quarantined at the next tick
+(a logged WorkerQuarantined), the attempts of its streak are given back to their cells (none
+is exhausted by it), it is probed again after the backoff, and an operator can lift it. A
+streak that no other worker contradicts is the run's problem: cells run out as before."""
+from __future__ import annotations
+
+from common.evidence import Cleanup, Execution, Usage, Verification
+from common.ids import WorkerId
+from coordinator.core import commands as c
+from coordinator.core.state import counted_attempts
+from tests.unit.core_helpers import HEARTBEAT_MS, OK, Core, make_policy, make_report, make_spec
+
+FAILED = make_report(Execution.NOT_STARTED, Verification.NOT_RUN, Usage.MISSING, Cleanup.CONFIRMED,
+                     detail="cannot create the output dir: No space left on device")
+BOUND = 3
+BACKOFF_MS = 5_000
+
+
+def held_by(k: Core, wid: str) -> list:
+    return [a for a in k.state.assignments.values() if a.authoritative and a.worker_id == wid]
+
+
+def fail_until_streak(k: Core, wid: str = "bad", n: int = BOUND) -> None:
+    while len(k.worker(wid).streak) < n:
+        [a] = held_by(k, wid)
+        k.report_all(a.assignment_id, FAILED)
+
+
+def black_hole_beside_a_healthy_worker(tick: bool = True, tasks: int = 12) -> Core:
+    """`good` has produced a selectable report; `bad` has failed BOUND attempts in a row since."""
+    k = Core(make_spec(tasks=tasks, subjects=1), make_policy(quarantine_after_failures=BOUND,
+                                                         quarantine_backoff_ms=BACKOFF_MS, max_attempts_per_cell=3))
+    k.register("good")
+    [a] = held_by(k, "good")
+    k.report_all(a.assignment_id, OK)
+    k.register("bad")
+    fail_until_streak(k)
+    if tick:
+        k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
+    return k
+
+
+def test_a_worker_failing_where_another_succeeds_is_quarantined_and_its_attempts_given_back():
+    k = black_hole_beside_a_healthy_worker(tick=False)
+    streak = list(k.worker("bad").streak)
+    burned: dict[str, int] = {}
+    for t in streak:
+        burned[k.attempt(t).cell_id] = burned.get(k.attempt(t).cell_id, 0) + 1
+    counted = {cid: counted_attempts(k.run.cells[cid]) for cid in burned}
+    t = k.tick()
+    assert c.WorkerQuarantined(k.now, WorkerId("bad")) in t.durable
+    bad = k.worker("bad")
+    assert bad.quarantined_until_ms == k.now + BACKOFF_MS and "No space left on device" in bad.quarantine_reason
+    assert "bad" not in k.state.free_workers
+    # The group it claimed before the tick fails too, and is given back at once.
+    for a in held_by(k, "bad"):
+        [tid] = k.attempts_of(a.assignment_id)
+        cell = k.run.cells[k.attempt(tid).cell_id]
+        before = counted_attempts(cell)
+        k.report(tid, FAILED)
+        assert counted_attempts(cell) == before - 1 and cell.forgiven >= 1
+    assert held_by(k, "bad") == [], "no new work while quarantined"
+    for cid, n in burned.items():
+        assert k.run.cells[cid].forgiven == n and counted_attempts(k.run.cells[cid]) == counted[cid] - n
+    assert any(getattr(e, "event", "") == "worker_quarantined" for e in t.effects)
+    k.assert_replays()
+
+
+def test_the_run_completes_on_the_healthy_worker_and_no_cell_is_exhausted_by_the_broken_one():
+    k = black_hole_beside_a_healthy_worker()
+    rounds = 0
+    while not k.run.settled and rounds < 200:
+        rounds += 1
+        for a in held_by(k, "good"):
+            k.report_all(a.assignment_id, OK)
+        for a in held_by(k, "bad"):  # probed after its backoff: fails again
+            k.report_all(a.assignment_id, FAILED)
+        k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
+    assert k.run.settled and k.run.selected_cells == 12
+    k.assert_replays()
+
+
+def test_a_probe_that_fails_quarantines_again_for_twice_as_long_and_a_success_clears_it():
+    k = black_hole_beside_a_healthy_worker(tasks=40)
+    first = k.worker("bad").quarantined_until_ms
+    k.clock(first, alive=("good", "bad"))
+    bad = k.worker("bad")
+    assert bad.quarantined_until_ms == 0 and bad.probation
+    if not held_by(k, "bad"):  # the good worker may have taken the ready group first
+        [a] = held_by(k, "good")
+        k.report_all(a.assignment_id, OK)
+    [a] = held_by(k, "bad")
+    k.report_all(a.assignment_id, FAILED)
+    k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
+    assert bad.quarantined_until_ms == k.now + 2 * BACKOFF_MS  # doubled
+    k.clock(bad.quarantined_until_ms, alive=("good", "bad"))
+    while not held_by(k, "bad"):
+        [a] = held_by(k, "good")
+        k.report_all(a.assignment_id, OK)
+    [a] = held_by(k, "bad")
+    k.report_all(a.assignment_id, OK)
+    assert not bad.probation and bad.quarantines == 0 and bad.streak == []
+    k.assert_replays()
+
+
+def test_an_operator_lifts_a_quarantine():
+    k = black_hole_beside_a_healthy_worker()
+    assert k.worker("bad").quarantined_until_ms
+    t = k.apply(c.WorkerReleased(k.now, WorkerId("bad")))
+    assert t.outcome.ok and k.worker("bad").quarantined_until_ms == 0 and not k.worker("bad").probation
+    assert held_by(k, "bad"), "free again: it takes work at once"
+    k.assert_replays()
+
+
+def test_a_streak_no_other_worker_contradicts_is_the_runs_problem_and_cells_run_out():
+    k = Core(make_spec(tasks=2, subjects=1), make_policy(quarantine_after_failures=BOUND, max_attempts_per_cell=2))
+    k.register("a")
+    k.register("b")
+    for _ in range(50):
+        if k.run.settled:
+            break
+        for a in [x for x in k.state.assignments.values() if x.authoritative]:
+            k.report_all(a.assignment_id, FAILED)
+        k.clock(k.now + HEARTBEAT_MS, alive=("a", "b"))
+    assert k.run.settled and k.run.selected_cells == 0
+    assert not any(w.quarantined_until_ms for w in k.state.workers.values())
+
+
+def test_quarantine_off_with_a_zero_bound():
+    k = Core(make_spec(tasks=12, subjects=1), make_policy(quarantine_after_failures=0))
+    k.register("good")
+    [a] = held_by(k, "good")
+    k.report_all(a.assignment_id, OK)
+    k.register("bad")
+    for _ in range(5):
+        [a] = held_by(k, "bad")
+        k.report_all(a.assignment_id, FAILED)
+    k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
+    assert not k.worker("bad").quarantined_until_ms

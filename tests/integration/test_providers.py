@@ -133,6 +133,11 @@ def test_an_undeclared_limit_is_found_from_throttling_and_nothing_is_lost(tmp_pa
         effective = [p["effective"] for p in fake]
         print(f"undeclared: {what.splitlines()[0]}; ideal {TASKS * 3 * HOLD_S / LIMIT:.1f}s; effective limit "
               f"{[e for i, e in enumerate(effective) if i == 0 or e != effective[i - 1]]}")
+        # Converged: once the provider has throttled, the limit stays near what it admits (a
+        # probe for one more group of 3 cells goes to LIMIT + 3, and is lowered back).
+        after = [p["effective"] for p in fake if p["throttled"]]
+        assert after, "the provider never throttled: nothing was learnt"
+        assert all(LIMIT - 2 <= e <= LIMIT + 3 for e in after), f"the effective limit wandered: {after}"
     finally:
         cluster.stop_all()
         provider.stop()

@@ -962,6 +962,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     async def DrainWorker(self, request: Any, context: Any) -> Any:
         return await self._action(context, lambda now: c.WorkerDrained(now, WorkerId(request.worker_id)))
 
+    async def ReleaseWorker(self, request: Any, context: Any) -> Any:
+        return await self._action(context, lambda now: c.WorkerReleased(now, WorkerId(request.worker_id)))
+
     async def Watch(self, request: Any, context: Any) -> Any:
         async with contextlib.aclosing(self._watch(request, context)) as batches:  # unregisters at once
             async for batch in batches:

@@ -95,11 +95,18 @@ def _last_heard(state: State, wid: str, w) -> int:
     return last
 
 
-_STATUS_NAMES = {(st, d): st.name.lower() + (" draining" if d else "") for st in WorkerStatus for d in (False, True)}
+# A registered worker under quarantine is named for it (its liveness is the core's as ever): the
+# summary of a large fleet counts the quarantined apart. Expired and gone workers keep their name.
+_STATUS_NAMES = {(st, d, q): ("quarantined" if q and st in LIVE else st.name.lower()) + (" draining" if d else "")
+                 for st in WorkerStatus for d in (False, True) for q in (False, True)}
 
 
 def _status_name(w) -> str:
-    return _STATUS_NAMES[w.status, bool(w.draining)]
+    return _STATUS_NAMES[w.status, bool(w.draining), bool(w.quarantined_until_ms)]
+
+
+def _quarantine_shown(w) -> bool:
+    return bool(w.quarantined_until_ms or w.probation)
 
 
 def _worker_status(state: State, wid: str, w, now_ms: int) -> admin_pb2.WorkerStatus:
@@ -113,17 +120,23 @@ def _worker_status(state: State, wid: str, w, now_ms: int) -> admin_pb2.WorkerSt
         ws.refused_run_id, ws.refused_reason = w.refusal.run_id, w.refusal.reason
         ws.refused_age_ms = max(0, now_ms - w.refusal.at_ms)
         ws.refused_differences.extend(codec.differences(w.refusal.differences[:REFUSAL_DIFFERENCES_SHOWN_MAX]))
+    ws.streak = len(w.streak)
+    if _quarantine_shown(w):
+        ws.quarantined_until_ms = w.quarantined_until_ms
+        ws.quarantine_left_ms = max(0, w.quarantined_until_ms - now_ms) if w.quarantined_until_ms else 0
+        ws.quarantine_reason, ws.probation, ws.quarantines = w.quarantine_reason, w.probation, w.quarantines
     return ws
 
 
 def worker_summary(state: State, now_ms: int, shown: int) -> admin_pb2.WorkerSummary:
     """Counts by state, the `shown` registered workers longest unheard and the first `shown`
-    refused ones: one pass over the workers and a proto for only those named (at 10,000
-    workers the full list costs the actor thread tens of ms and is a megabyte)."""
+    refused and quarantined ones: one pass over the workers and a proto for only those named (at
+    10,000 workers the full list costs the actor thread tens of ms and is a megabyte)."""
     shown = min(shown, WORKERS_SHOWN_MAX)
     counts: dict[str, int] = {}
-    slots = busy = refused_total = 0
+    slots = busy = refused_total = quarantined_total = 0
     refused: list[str] = []
+    quarantined: list[str] = []
     heard: list[tuple[int, str]] = []
     contact = state.soft.contact_ms
     for wid, w in state.workers.items():
@@ -135,6 +148,10 @@ def worker_summary(state: State, now_ms: int, shown: int) -> admin_pb2.WorkerSum
             refused_total += 1
             if len(refused) < shown:
                 refused.append(wid)
+        if _quarantine_shown(w):
+            quarantined_total += 1
+            if len(quarantined) < shown:
+                quarantined.append(wid)
         if w.status in LIVE:
             last = contact.get(wid)
             heard.append((last if last is not None else (w.left_ms or w.registered_ms), wid))
@@ -142,9 +159,11 @@ def worker_summary(state: State, now_ms: int, shown: int) -> admin_pb2.WorkerSum
     workers = state.workers
     return admin_pb2.WorkerSummary(
         total=len(workers), slots=slots, busy_slots=busy, refused_total=refused_total,
+        quarantined_total=quarantined_total,
         counts=[admin_pb2.WorkerCount(state=k, count=n) for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))],
         slowest=[_worker_status(state, wid, workers[wid], now_ms) for _, wid in slowest],
-        refused=[_worker_status(state, wid, workers[wid], now_ms) for wid in refused])
+        refused=[_worker_status(state, wid, workers[wid], now_ms) for wid in refused],
+        quarantined=[_worker_status(state, wid, workers[wid], now_ms) for wid in quarantined])
 
 
 REFUSAL_DIFFERENCES_SHOWN_MAX = 50
@@ -181,10 +200,16 @@ class Page:
 
 def _cell_proto(state: State, v: SelectedResult | IncompleteCell) -> admin_pb2.CellResult:
     if isinstance(v, IncompleteCell):
-        return admin_pb2.CellResult(
+        cell = admin_pb2.CellResult(
             cell_id=v.cell_id, task_id=v.task_id, repetition=v.repetition, subject_id=v.subject_id,
             state="incomplete", incomplete_reason=v.reason, attempts=v.attempts,
-            status=common_pb2.STATUS_UNSPECIFIED, incomplete_detail=v.detail)
+            status=common_pb2.STATUS_UNSPECIFIED, incomplete_detail=v.detail, executions=v.executions,
+            extra_execution_cost_usd=round(v.extra_execution_cost_usd, 9))
+        if v.last_attempt_id is not None:  # the provenance of its last attempt (bulk retry by worker)
+            last = state.attempts[v.last_attempt_id]
+            cell.attempt_id, cell.worker_id, cell.assignment_id = last.attempt_id, last.worker_id, last.assignment_id
+            cell.generation, cell.dispatch_order = last.generation, last.dispatch_order
+        return cell
     report = state.attempts[v.attempt_id].report
     assert report is not None
     pr = report_to_proto(report)
@@ -192,7 +217,8 @@ def _cell_proto(state: State, v: SelectedResult | IncompleteCell) -> admin_pb2.C
         cell_id=v.cell_id, task_id=v.task_id, repetition=v.repetition, subject_id=v.subject_id,
         state="selected", score=v.score, status=pr.status, attempt_id=v.attempt_id, worker_id=v.worker_id,
         assignment_id=v.assignment_id, generation=v.generation, dispatch_order=v.dispatch_order,
-        usage=pr.usage, attempts=v.attempts, artifacts=pr.artifacts, unavailable=pr.unavailable)
+        usage=pr.usage, attempts=v.attempts, artifacts=pr.artifacts, unavailable=pr.unavailable,
+        executions=v.executions, extra_execution_cost_usd=round(v.extra_execution_cost_usd, 9))
     if report.cost_usd is not None:
         cell.cost_usd = report.cost_usd
     if report.started_ms:

@@ -14,9 +14,9 @@ commands, after each coordinator restart and at the end.
 
 Invariants, as in coordinator/core/invariants.py: a group has at most one authoritative
 owner, which it and its worker record; a worker holds no more groups than its slots; the
-free list and `slots_active` follow the workers; a cell never exceeds its attempts, its
-attempts are in dispatch order, and its selected attempt is its own, reported, selectable
-and authoritative; a selection never changes or disappears; attempt ids are never reused; an
+free list and `slots_active` follow the workers; a cell never exceeds its counted attempts
+(less the throttled and the forgiven: `counted_attempts`), its attempts are in dispatch
+order, and its selected attempt is its own, reported, selectable and authoritative; a selection never changes or disappears; attempt ids are never reused; an
 attempt is dispatched only to a worker whose measurement matches the run and its pin, and a
 run's selected results were all dispatched under one pin; a waiting group is queued and has
 cells to run, a settled one has none; the run's counters (active, settled, selected, queued)
@@ -36,7 +36,7 @@ from common.evidence import is_selectable
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, PushAssignment, RefuseRun, RevokeAssignment, Transition
 from coordinator.core.invariants import check, group_status_problems, running_by_provider
-from coordinator.core.state import AttemptState, GroupStatus, State, WorkerStatus
+from coordinator.core.state import AttemptState, GroupStatus, State, WorkerStatus, counted_attempts
 
 # Commands that may change every worker (recovery sets all to reconciling; a pin or a new
 # run re-judges every worker's fit): after these, every worker counts as touched.
@@ -254,8 +254,10 @@ class IncrementalMonitor:
         for cid in group.cells:
             cell = run.cells[cid]
             limit = run.max_attempts(cell)
-            if len(cell.attempts) > limit:
-                bad.append(f"cell {cid} has {len(cell.attempts)} attempts over its limit {limit}")
+            # Throttled attempts and those a quarantined worker burned (forgiven) do not count.
+            counted = counted_attempts(cell)
+            if counted > limit:
+                bad.append(f"cell {cid} has {counted} counted attempts over its limit {limit}")
             last = 0
             for tid in cell.attempts:
                 order = state.attempts[tid].dispatch_order
@@ -284,7 +286,7 @@ class IncrementalMonitor:
                     bad.append(f"cell {cid} selection changed from {before} to {cell.selected}")
             elif before is not None:
                 bad.append(f"cell {cid} lost its selected result {before}")
-            elif len(cell.attempts) < limit:
+            elif counted < limit and cell.throttled < run.max_throttled(cell):
                 pending += 1
         bad.extend(group_status_problems(group, pending))
         if group.status == GroupStatus.ASSIGNED and self.owner.get((run_id, index)) != group.assignment:
@@ -375,7 +377,7 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
       authoritative assignments) at most its effective limit, or only the cells of this step;
     - a selected attempt was never throttled;
     - a cell's throttled count is its authoritative throttled reports, recounted; its counted
-      attempts (all, less the throttled) stay within maxAttemptsPerCell and its throttled ones
+      attempts (all, less the throttled and the forgiven) stay within maxAttemptsPerCell and its throttled ones
       within maxThrottledAttemptsPerCell;
     - an attempt that follows a throttled one of its cell was dispatched no sooner than that
       report's time plus its retry-after.
@@ -413,8 +415,11 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
                     throttled += 1
             if throttled != cell.throttled:
                 bad.append(f"cell {cid} counts {cell.throttled} throttled attempts, its reports say {throttled}")
-            if len(cell.attempts) - throttled > run.max_attempts(cell):
-                bad.append(f"cell {cid} has {len(cell.attempts) - throttled} counted attempts over "
+            # Counted: all, less the throttled (recounted above) and the forgiven (attempts of a
+            # quarantined worker's streak, given back: coordinator.core.state.counted_attempts).
+            counted = len(cell.attempts) - throttled - cell.forgiven
+            if counted > run.max_attempts(cell):
+                bad.append(f"cell {cid} has {counted} counted attempts over "
                            f"its limit {run.max_attempts(cell)}")
             if throttled > run.max_throttled(cell):
                 bad.append(f"cell {cid} has {throttled} throttled attempts over its bound "

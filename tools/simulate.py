@@ -15,6 +15,15 @@
     python -m tools.simulate --seeds 0-99 --provider-check
                                                     each seed quiet with providers and without:
                                                     both must select the same (run_provider_check)
+    python -m tools.simulate --seeds 0-99 --check --faults stall
+                                                    coordinator stalls: the coordinator freezes past
+                                                    the expiry while workers run on; then a
+                                                    CoordinatorStalled, then what they buffered
+    python -m tools.simulate --seeds 0-99 --check --faults blackhole
+                                                    a black-hole worker: from a seeded moment it
+                                                    fails every attempt fast (a full disk), and
+                                                    may recover; quarantine must keep it from
+                                                    exhausting cells (--faults stall,blackhole: both)
 
 A seed fixes everything: the scenario, the fault rates, every drop and every outcome, so the
 same seed prints byte-identical output and a failure replays exactly. Workers here are models
@@ -46,7 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from common.limits import IDLE_HEARTBEAT_INTERVAL_MS, SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
-from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, ArtifactRef, expected_status
+from common.evidence import (ArtifactRef, Cleanup, Execution, Report, Status, Usage, Verification, expected_status,
+                             is_selectable)
 from common.ids import RunId, WorkerId, run_id_for, sha256_digest
 from common.policy import Policy, ProviderLimit
 from common.spec import parse_spec
@@ -55,7 +65,7 @@ from coordinator.core import commands as c
 from coordinator.core import new_state, step, summarize
 from coordinator.core.effects import Emit, EndSession, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
 from coordinator.core.invariants import Monitor
-from coordinator.core.state import durable_fingerprint
+from coordinator.core.state import WorkerStatus, counted_attempts, durable_fingerprint
 from tools.sim_invariants import provider_step_problems
 
 TICK_MS = 250
@@ -122,6 +132,49 @@ def draw_providers(seed: int) -> tuple[dict[str, SimProvider], dict[str, str], i
     subject_provider = {"s0": "alpha", "s1": "beta", "s2": rng.choice(["default", "alpha"])}
     max_throttled = rng.choice([20, 20, 20, 4])
     return {"alpha": alpha, "beta": beta}, subject_provider, max_throttled
+
+
+# The extra faults (--faults stall,blackhole), drawn from their own stream (`draw_extra_faults`).
+# A stall outlasts the expiry (policy expire_after_ms 15 s) and may outlast the recovery grace
+# (20 s): without the CoordinatorStalled every worker it froze out would be expired.
+STALL_MS_MIN, STALL_MS_MAX = 16_000, 45_000
+STALL_START_MS_MIN, STALL_START_MS_MAX = 10_000, 120_000
+BLACKHOLE_START_MS_MAX = 60_000
+BLACKHOLE_RECOVERY_MS_MIN, BLACKHOLE_RECOVERY_MS_MAX = 30_000, 120_000
+BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX = 20, 300  # failing fast: nothing runs
+BLACKHOLE_DETAIL = "no space left on device"
+EXTRA_FAULTS = ("stall", "blackhole")
+
+
+@dataclass
+class ExtraFaults:
+    """The coordinator's stalls ((start, length) in ms after submission) and the black-hole
+    worker (its index, and when it starts and stops failing; stop 0: never)."""
+
+    stalls: tuple[tuple[int, int], ...] = ()
+    blackhole: int = -1
+    blackhole_ms: tuple[int, int] = (0, 0)
+
+
+def draw_extra_faults(seed: int, names: tuple[str, ...], workers: int) -> ExtraFaults:
+    """The extra faults of a seed, from their own stream, so that the seed's main stream (and
+    so the default scenario) is drawn as without them: one or two stalls of the coordinator;
+    one black-hole worker, recovering on half the seeds."""
+    rng = random.Random(f"{seed}:faults")
+    out = ExtraFaults()
+    if "stall" in names:
+        out.stalls = tuple(sorted((rng.randint(STALL_START_MS_MIN, STALL_START_MS_MAX),
+                                   rng.randint(STALL_MS_MIN, STALL_MS_MAX)) for _ in range(rng.choice([1, 2]))))
+    if "blackhole" in names:
+        out.blackhole = rng.randrange(workers)
+        start = rng.randint(5_000, BLACKHOLE_START_MS_MAX)
+        stop = start + rng.randint(BLACKHOLE_RECOVERY_MS_MIN, BLACKHOLE_RECOVERY_MS_MAX) if rng.random() < 0.5 else 0
+        out.blackhole_ms = (start, stop)
+    return out
+
+
+# What a stalled coordinator does not do until it runs again (Simulation.run).
+_FROZEN_KINDS = ("tick", "liveness", "to_coord", "stream_dead", "coord_crash", "pause", "recover", "repair")
 
 
 class SimFailure(Exception):
@@ -213,14 +266,18 @@ class SimWorker:
 class Simulation:
     def __init__(self, seed: int, *, check: bool, groups_tasks: int = 20, repetitions: int = 2,
                  subjects: int = 3, workers: int = 3, quiet: bool = False, max_concurrent_groups: int = 4,
-                 slots: int | None = None, providers: bool = False) -> None:
+                 slots: int | None = None, providers: bool = False, faults: tuple[str, ...] = (),
+                 policy_overrides: dict[str, Any] | None = None, stall_command: bool = True) -> None:
         """`quiet`: only faults that lose no attempt to timing, and each attempt's outcome and
         duration drawn from the attempt itself (its cell and number), not from the order of
         events. `next_run` goes on with a second run of the spec on the same fleet. `slots`:
         every worker's slots (None: drawn per worker from the seed). `providers`: the subjects'
         requests go to simulated model providers (`draw_providers`); quiet, an attempt's number
         is then its cell's count of attempts that were not throttled, so that what a cell does
-        on its k-th real attempt does not depend on how often it was throttled before."""
+        on its k-th real attempt does not depend on how often it was throttled before.
+        `faults`: extra faults (EXTRA_FAULTS, `draw_extra_faults`); `policy_overrides`: policy
+        fields set over the simulation's (quarantine_after_failures=0, say); `stall_command`:
+        False applies a plain tick after a stall (a shell that forgot it: the check's teeth)."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.check = check
@@ -277,6 +334,7 @@ class Simulation:
             policy_extra = {"providers": tuple(sorted(limits_, key=lambda p: p.name)),
                             "max_throttled_attempts_per_cell": max_throttled}
         self.spec = parse_spec(spec_doc)
+        policy_extra |= policy_overrides or {}
         self.policy = Policy(heartbeat_interval_ms=HEARTBEAT_MS, suspect_after_ms=3_500, expire_after_ms=15_000,
                              recovery_grace_ms=20_000, retry_backoff_ms=500, retry_backoff_max_ms=8_000,
                              max_attempts_per_cell=4, required_environment_id=ENV_ID, group_deadline_ms=60_000,
@@ -290,6 +348,29 @@ class Simulation:
         self.skill = {s.id: self.rng.uniform(0.3, 0.9) for s in self.spec.subjects}
         self.env_failure_pending = self.faults.env_failure
         self.straggler_pending = self.faults.straggler
+        # The extra faults. Nothing below draws from the main stream, and none of it acts
+        # unless a fault is named: the default scenario runs exactly as without it.
+        for name in faults:
+            if name not in EXTRA_FAULTS:
+                raise ValueError(f"unknown fault {name!r}: not one of {', '.join(EXTRA_FAULTS)}")
+        self.extra_names = tuple(faults)
+        self.extra = draw_extra_faults(seed, self.extra_names, workers)
+        self.extra_rng = random.Random(f"{seed}:faults:events")
+        self.stall_command = stall_command
+        self.frozen = False  # the coordinator process is stalled: it reads and decides nothing
+        self.frozen_since = 0
+        self.frozen_inbox: list[tuple] = []  # what reached its sockets meanwhile, in order
+        self.frozen_deferred: list[tuple[str, tuple]] = []  # its own events, run after the stall
+        self.frozen_through: dict[WorkerId, tuple[int, int]] = {}  # alive and connected: (epoch, conn)
+        self.protected: dict[WorkerId, tuple[int, int, int]] = {}  # wid -> (until ms, epoch, conn)
+        self.stall_problems: list[str] = []
+        self.straggled: dict[str, None] = {}  # attempts the straggler fault holds past the deadline
+        self.blackhole_wid = (list(self.workers)[self.extra.blackhole] if self.extra.blackhole >= 0 else None)
+        self.blackhole_attempts: dict[str, None] = {}  # attempts the black hole failed
+        self.blackhole_first_ms = -1  # when the core first accepted one of them
+        self.other_selectable_ms = -1  # the last selectable report another worker got accepted
+        self.extra_stats = {"stalls": 0, "stall_ms": 0, "stall_frames": 0, "blackhole_failures": 0,
+                            "quarantines": 0, "probes": 0, "forgiven": 0}
 
     # --- plumbing ---------------------------------------------------------------------------
     def at(self, when: int, kind: str, *args: Any) -> int:
@@ -350,7 +431,53 @@ class Simulation:
                 bad = provider_step_problems(self.state, self.new_attempts())
             if bad:
                 raise SimFailure(self.seed, self.commands, self.now, f"{type(cmd).__name__}: {bad[0]}")
+        if self.extra_names and (t.durable or t.effects):
+            self.observe_extra(cmd, t)
         return self.deliver(t)
+
+    # --- the extra faults' checks -------------------------------------------------------------
+    def protected_worker(self, wid: WorkerId) -> bool:
+        """Whether `wid` was alive and connected throughout a stall and has met no fault since
+        (the same process, the same stream, no partition), within the time the stall's silence
+        could still cost it (the recovery grace plus the expiry after the stall)."""
+        entry = self.protected.get(wid)
+        if entry is None:
+            return False
+        until, epoch, conn = entry
+        w = self.workers[wid]
+        if self.now >= until or not w.alive or w.epoch != epoch or w.conn != conn or w.partitioned:
+            del self.protected[wid]
+            return False
+        return True
+
+    def observe_extra(self, cmd: object, t: Any) -> None:
+        """After a step with the extra faults on: what a stall must not cause (an expiry, a loss
+        or a superseded assignment of a worker that was alive and connected throughout it: its
+        cells would run twice), and what the black hole's quarantine did."""
+        for d in t.durable:
+            if isinstance(d, (c.WorkerExpired, c.WorkerLost)) and self.protected_worker(d.worker_id):
+                self.stall_failure(f"{type(d).__name__} of {d.worker_id}, alive and connected throughout "
+                                   f"a stall (after {type(cmd).__name__})")
+            elif isinstance(d, c.WorkerQuarantined):
+                self.extra_stats["quarantines"] += 1
+            elif isinstance(d, c.WorkerProbed):
+                self.extra_stats["probes"] += 1
+        for e in t.effects:
+            if not (isinstance(e, Emit) and e.event == "assignment_superseded"):
+                continue
+            a = self.state.assignments.get(e.subject)
+            if a is None or not self.protected_worker(a.worker_id):
+                continue
+            sa = self.workers[a.worker_id].assignments.get(e.subject)
+            if e.detail == "group deadline exceeded" and sa is not None and sa.running and sa.pending:
+                continue  # its cells really run past the deadline (a straggler, slow cells)
+            self.stall_failure(f"assignment {e.subject} of {a.worker_id}, alive and connected throughout a "
+                               f"stall, superseded ({e.detail}) after {type(cmd).__name__}: its cells run twice")
+
+    def stall_failure(self, what: str) -> None:
+        self.stall_problems.append(f"t={self.now}ms: {what}")
+        if self.check:
+            self.fail(what)
 
     def new_attempts(self) -> list:
         """Attempts dispatched since the last call (the state's attempts keep their insertion
@@ -431,6 +558,11 @@ class Simulation:
             if out.kind == OutcomeKind.ACCEPTED and self.state.runs[attempt.run_id].cells[
                     attempt.cell_id].selected == attempt_id:
                 self.acked_selectable[attempt_id] = attempt.cell_id
+            if self.blackhole_wid is not None and out.kind == OutcomeKind.ACCEPTED:
+                if attempt_id in self.blackhole_attempts and self.blackhole_first_ms < 0:
+                    self.blackhole_first_ms = self.now
+                elif wid != self.blackhole_wid and is_selectable(report):
+                    self.other_selectable_ms = self.now
             self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
         elif kind == "finished":
             out = self.apply(c.GroupFinished(self.now, wid, frame[1]))
@@ -464,7 +596,7 @@ class Simulation:
     def connect(self, w: SimWorker) -> None:
         if not w.alive or w.connected:
             return
-        if w.partitioned or not self.coordinator_up:
+        if w.partitioned or not self.coordinator_up or self.frozen:
             self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
             return
         w.connected = True
@@ -518,7 +650,9 @@ class Simulation:
                     sa.pending[cd.attempt_id] = self.at(self.now + answer_ms, "cell_done", w.worker_id, w.epoch,
                                                         push.assignment_id, cd.attempt_id)
                     continue
-                sa.pending[cd.attempt_id] = self.at(self.now + self.duration(cd.attempt_id), "cell_done",
+                duration = (self.extra_rng.randint(BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX)
+                            if self.blackholed(w) else self.duration(cd.attempt_id))
+                sa.pending[cd.attempt_id] = self.at(self.now + duration, "cell_done",
                                                     w.worker_id, w.epoch, push.assignment_id, cd.attempt_id)
         elif kind == "revoke":
             sa = w.assignments.get(frame[1])
@@ -570,9 +704,18 @@ class Simulation:
             w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
             self.flush(w, force=True)
             return
+        if self.blackholed(w):
+            self.provider_release((attempt_id,))
+            self.blackhole_attempts[attempt_id] = None
+            self.extra_stats["blackhole_failures"] += 1
+            sa.reported[attempt_id] = None
+            w.outbox[attempt_id] = (assignment_id, sa.push.generation, self.blackhole_report(attempt_id))
+            self.flush(w, force=True)
+            return
         if self.straggler_pending and self.faulty():
             # This cell hangs past the group deadline while the worker keeps heartbeating.
             self.straggler_pending = False
+            self.straggled[attempt_id] = None
             self.note(f"{w.worker_id} straggles on {attempt_id}")
             sa.pending[attempt_id] = self.at(self.now + 90_000, "cell_done", w.worker_id, w.epoch,
                                              assignment_id, attempt_id)
@@ -614,6 +757,22 @@ class Simulation:
             kw = dict(execution=Execution.COMPLETED, verification=Verification.VALID,
                       cleanup=Cleanup.CONFIRMED, usage=usage, score=score)
         draft = Report(status=Status.COMPLETED, cost_usd=cost, artifacts=(ref,), **kw)
+        from dataclasses import replace
+        return replace(draft, status=expected_status(draft))
+
+    def blackholed(self, w: SimWorker) -> bool:
+        """The black-hole worker in its failing time: every cell that ends then fails."""
+        if w.worker_id != self.blackhole_wid:
+            return False
+        start, stop = self.extra.blackhole_ms
+        return self.start_ms + start <= self.now and (not stop or self.now < self.start_ms + stop)
+
+    def blackhole_report(self, attempt_id: str) -> Report:
+        """What a worker with a full disk reports: an infrastructure failure, nothing started."""
+        artifact = f"{attempt_id}:log".encode()
+        draft = Report(status=Status.COMPLETED, execution=Execution.NOT_STARTED, verification=Verification.NOT_RUN,
+                       usage=Usage.MISSING, cleanup=Cleanup.CONFIRMED, detail=BLACKHOLE_DETAIL,
+                       artifacts=(ArtifactRef("log", sha256_digest(artifact), len(artifact)),))
         from dataclasses import replace
         return replace(draft, status=expected_status(draft))
 
@@ -688,6 +847,13 @@ class Simulation:
             start = t0 + rng.randint(5_000, 100_000)
             self.at(start, "pause")
             self.at(start + rng.randint(5_000, 30_000), "recover")
+        for start, length in self.extra.stalls:
+            self.at(t0 + start, "freeze", length)
+        if self.blackhole_wid is not None:
+            start, stop = self.extra.blackhole_ms
+            self.at(t0 + start, "blackhole", "starts")
+            if stop:
+                self.at(t0 + stop, "blackhole", "recovers")
 
     def next_run(self, order_from: str = "") -> dict:
         """After `run`: the same spec again, on the same coordinator and fleet (the workers keep
@@ -717,6 +883,18 @@ class Simulation:
             self.now = when
             if self.now > self.start_ms + SETTLE_LIMIT_MS:
                 raise SimFailure(self.seed, self.commands, self.now, "the run did not settle after the faults stopped")
+            if self.frozen and kind in _FROZEN_KINDS:
+                # The coordinator is stalled: its clock's ticks and its own passes do not run
+                # (they go on after it), and what reaches its sockets waits there.
+                if kind == "tick":
+                    self.at(self.now + TICK_MS, "tick")
+                elif kind == "liveness":
+                    self.at(self.now + LIVENESS_MS, "liveness")
+                elif kind == "to_coord":
+                    self.frozen_inbox.append(("frame", args))
+                else:
+                    self.frozen_deferred.append((kind, args))
+                continue
             if kind == "tick":
                 if self.coordinator_up:
                     self.apply(c.ClockTicked(self.now))
@@ -737,9 +915,7 @@ class Simulation:
                         self.apply(c.StreamsAlive(self.now, up))
                 self.at(self.now + LIVENESS_MS, "liveness")
             elif kind == "to_coord":
-                wid, epoch, restarts, frame = args
-                if self.coordinator_up and restarts == self.restarts and self.workers[wid].connected:
-                    self.coordinator_frame(wid, frame)
+                self.to_coord(*args)
             elif kind == "to_worker":
                 wid, epoch, frame = args
                 w = self.workers[wid]
@@ -771,6 +947,7 @@ class Simulation:
                 wid, length = args
                 w = self.workers[wid]
                 self.stats["partitions"] += 1
+                self.unprotect(wid)
                 w.partitioned = True
                 self.note(f"{wid} partitioned for {length}ms")
                 self.at(self.now + self.rng.randint(PARTITION_NOTICE_MS_MIN, PARTITION_NOTICE_MS_MAX),
@@ -789,7 +966,10 @@ class Simulation:
                 if w.alive and w.connected and not w.partitioned:
                     self.note(f"{w.worker_id} stream reset")
                     w.connected = False  # frames in flight on the reset stream are dropped
-                    if self.coordinator_up:
+                    self.unprotect(w.worker_id)
+                    if self.frozen:
+                        self.frozen_inbox.append(("ended", (w.worker_id,)))
+                    elif self.coordinator_up:
                         self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
                     self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
             elif kind == "heal":
@@ -798,7 +978,10 @@ class Simulation:
             elif kind == "crash":
                 w = self.workers[args[0]]
                 if w.alive:
-                    if w.connected and self.coordinator_up:
+                    self.unprotect(w.worker_id)
+                    if w.connected and self.frozen:
+                        self.frozen_inbox.append(("ended", (w.worker_id,)))  # read after the stall
+                    elif w.connected and self.coordinator_up:
                         # Its kernel closes the socket: the servicer sees the stream end at once.
                         self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
                     self.crash_worker(w)
@@ -838,9 +1021,70 @@ class Simulation:
                     self.note(f"operator repair: {out.kind.name}")
                 else:
                     self.at(self.now + 1_000, "repair", args[0])
+            elif kind == "freeze":
+                if self.frozen or not self.coordinator_up:
+                    self.at(self.now + 1_000, "freeze", *args)
+                else:
+                    self.freeze(args[0])
+            elif kind == "thaw":
+                self.thaw()
+            elif kind == "blackhole":
+                self.note(f"{self.blackhole_wid} black hole {args[0]}")
             else:
                 raise AssertionError(kind)
         return self.finish()
+
+    def to_coord(self, wid: WorkerId, epoch: int, restarts: int, frame: tuple) -> None:
+        if self.coordinator_up and restarts == self.restarts and self.workers[wid].connected:
+            self.coordinator_frame(wid, frame)
+
+    # --- the coordinator's stall (--faults stall) ----------------------------------------------
+    def freeze(self, length_ms: int) -> None:
+        """The coordinator process stops (a frozen VM, SIGSTOP, a loop blocked) for `length_ms`:
+        workers run on and finish their cells, their frames wait in its sockets, and it decides
+        nothing. The workers alive and connected now (their hello accepted on this stream) are
+        the ones the stall must cost nothing if they stay so throughout."""
+        self.frozen, self.frozen_since = True, self.now
+        self.frozen_through = {}
+        for wid, w in self.workers.items():
+            cw = self.state.workers.get(wid)
+            if (w.alive and w.connected and not w.partitioned and self.attached.get(wid) == w.conn
+                    and cw is not None and cw.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED)):
+                self.frozen_through[wid] = (w.epoch, w.conn)
+        self.note(f"coord stalls for {length_ms}ms")
+        self.at(self.now + length_ms, "thaw")
+
+    def thaw(self) -> None:
+        """The coordinator runs again, as the real actor does: its first tick finds the gap and
+        is a CoordinatorStalled instead (`stall_command` False: a plain tick), then what waited
+        in its sockets is read in order, then its own deferred events run."""
+        stalled_ms = self.now - self.frozen_since
+        self.frozen = False
+        self.extra_stats["stalls"] += 1
+        self.extra_stats["stall_ms"] += stalled_ms
+        until = self.now + self.policy.recovery_grace_ms + self.policy.expire_after_ms
+        for wid, (epoch, conn) in self.frozen_through.items():
+            w = self.workers[wid]
+            if w.alive and w.connected and not w.partitioned and w.epoch == epoch and w.conn == conn:
+                self.protected[wid] = (until, epoch, conn)
+        self.frozen_through = {}
+        self.note(f"coord runs again after {stalled_ms}ms; {len(self.frozen_inbox)} frames waited")
+        self.apply(c.CoordinatorStalled(self.now, stalled_ms) if self.stall_command else c.ClockTicked(self.now))
+        inbox, self.frozen_inbox = self.frozen_inbox, []
+        self.extra_stats["stall_frames"] += len(inbox)
+        for what, args in inbox:
+            if what == "frame":
+                self.to_coord(*args)
+            elif self.coordinator_up:
+                self.apply(c.WorkerStreamEnded(self.now, args[0], self.quiet_ms(args[0])))
+        deferred, self.frozen_deferred = self.frozen_deferred, []
+        for kind, args in deferred:
+            self.at(self.now + 1, kind, *args)
+
+    def unprotect(self, wid: WorkerId) -> None:
+        """A fault of its own: what happens to the worker from now is not the stall's doing."""
+        self.frozen_through.pop(wid, None)
+        self.protected.pop(wid, None)
 
     def finish(self) -> dict:
         summary = summarize(self.state, self.run_id)
@@ -874,7 +1118,15 @@ class Simulation:
             "incomplete": [{"cell_id": i.cell_id, "reason": i.reason, "attempts": i.attempts}
                            for i in summary.incomplete],
             "trace": self.trace + ([f"... {self.trace_dropped} more"] if self.trace_dropped else []),
-        } | ({"providers": self.provider_report()} if self.providers else {})
+        } | ({"providers": self.provider_report()} if self.providers else {}) | (
+            {"extra_faults": self.extra_report()} if self.extra_names else {})
+
+    def extra_report(self) -> dict:
+        return {"names": list(self.extra_names), "stalls_ms": [list(x) for x in self.extra.stalls],
+                "blackhole": self.blackhole_wid, "blackhole_ms": list(self.extra.blackhole_ms),
+                "stall_command": self.stall_command, "stall_problems": self.stall_problems[:20],
+                "blackhole_problems": self.blackhole_problems(summarize(self.state, self.run_id))[:20],
+                **self.extra_stats}
 
     def provider_report(self) -> dict:
         """Per provider: the simulated one (capacity, outage, what it admitted and refused) and
@@ -917,6 +1169,41 @@ class Simulation:
             fail("replaying the whole log does not rebuild the final state")
         if self.providers:
             self.provider_final_checks(summary)
+        if self.blackhole_wid is not None:
+            bad = self.blackhole_problems(summary)
+            if bad:
+                fail(bad[0])
+
+    def blackhole_problems(self, summary: Any) -> list[str]:
+        """No cell ends exhausted because of the black hole. Per cell that ended exhausted: its
+        counted attempts (recounted: all, less the throttled reports, less the forgiven) reach
+        maxAttemptsPerCell, or it had attempts given back that would have let it run; and, when
+        another worker had a selectable report accepted after the black hole's first failure
+        (so a healthy worker was up and succeeding while it failed), its attempts that the
+        black hole did not fail reach maxAttemptsPerCell on their own: otherwise the black
+        hole's failures, counted against it, are what exhausted it."""
+        bad: list[str] = []
+        run = self.state.runs[self.run_id]
+        contradicted = 0 <= self.blackhole_first_ms <= self.other_selectable_ms
+        for inc in summary.incomplete:
+            if inc.reason != "exhausted":
+                continue
+            cell = run.cells[inc.cell_id]
+            throttled = sum(1 for tid in cell.attempts
+                            if (r := self.state.attempts[tid].report) is not None and r.throttled)
+            counted = len(cell.attempts) - throttled - cell.forgiven
+            limit = run.max_attempts(cell)
+            if counted < limit and throttled < run.max_throttled(cell):
+                bad.append(f"cell {inc.cell_id} ended exhausted with {counted} counted attempts of {limit}: "
+                           f"{cell.forgiven} given back would have let it run")
+                continue
+            burned = sum(1 for tid in cell.attempts if tid in self.blackhole_attempts)
+            own = len(cell.attempts) - throttled - burned
+            if burned and contradicted and own < limit:
+                bad.append(f"cell {inc.cell_id} ended exhausted: {burned} of its {len(cell.attempts)} attempts failed "
+                           f"on black-hole worker {self.blackhole_wid} ({cell.forgiven} given back) while another "
+                           f"worker succeeded; only {own} of its own")
+        return bad
 
     def provider_final_checks(self, summary: Any) -> None:
         """The core heard of no more 429s than the simulated providers gave; a cell that ended
@@ -935,9 +1222,12 @@ class Simulation:
                 self.fail(f"cell {inc.cell_id} ended provider_throttled after {cell.throttled} throttled attempts")
 
 
-def run_seed(seed: int, check: bool, providers: bool = False) -> dict:
-    """One seed; an assertion inside the core (an invariant violation) becomes a SimFailure."""
-    sim = Simulation(seed, check=check, providers=providers)
+def run_seed(seed: int, check: bool, providers: bool = False, faults: tuple[str, ...] = (),
+             **kw: Any) -> dict:
+    """One seed; an assertion inside the core (an invariant violation) becomes a SimFailure.
+    `faults`: the extra faults (EXTRA_FAULTS); `kw` goes to Simulation (policy_overrides,
+    stall_command)."""
+    sim = Simulation(seed, check=check, providers=providers, faults=faults, **kw)
     try:
         return sim.run()
     except AssertionError as e:
@@ -987,7 +1277,7 @@ def run_order_check(seed: int) -> dict:
 
 def provider_view(sim: Simulation) -> dict:
     """Per cell what can be compared between a run with providers and one without: its counted
-    attempts (all, less the throttled), the counted number of its selected attempt, and that
+    attempts (all, less the throttled and the forgiven), the counted number of its selected attempt, and that
     attempt's status and score, and how it ended (selected, or the summary's incomplete reason)."""
     run = sim.state.runs[sim.run_id]
     reasons = {i.cell_id: i.reason for i in summarize(sim.state, sim.run_id).incomplete}
@@ -996,7 +1286,7 @@ def provider_view(sim: Simulation) -> dict:
         counted = [t for t in cell.attempts
                    if not (sim.state.attempts[t].report and sim.state.attempts[t].report.throttled)]
         report = sim.state.attempts[cell.selected].report if cell.selected else None
-        cells[cid] = {"counted": len(counted), "throttled": cell.throttled,
+        cells[cid] = {"counted": counted_attempts(cell), "throttled": cell.throttled,
                       "selected": counted.index(cell.selected) + 1 if cell.selected else None,
                       "status": report.status.name if report else None, "score": report.score if report else None,
                       "ended": "selected" if cell.selected else reasons.get(cid, "?")}
@@ -1044,6 +1334,14 @@ def run_provider_check(seed: int) -> dict:
                                       if p.capacity)}
 
 
+def parse_faults(text: str) -> tuple[str, ...]:
+    names = tuple(n for n in text.split(",") if n)
+    for n in names:
+        if n not in EXTRA_FAULTS:
+            raise argparse.ArgumentTypeError(f"unknown fault {n!r}: one of {', '.join(EXTRA_FAULTS)}")
+    return names
+
+
 def parse_range(text: str) -> range:
     lo, _, hi = text.partition("-")
     return range(int(lo), int(hi or lo) + 1)
@@ -1061,6 +1359,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--providers", action="store_true",
                     help="the providers scenario: subjects on simulated model providers that admit a few "
                          "cells at once and throttle the rest (tools.simulate.draw_providers)")
+    ap.add_argument("--faults", type=parse_faults, default=(),
+                    help="extra faults, comma-separated: stall (the coordinator freezes past the expiry, "
+                         "then applies CoordinatorStalled), blackhole (a worker fails every attempt fast)")
     ap.add_argument("--provider-check", action="store_true",
                     help="per seed, a quiet run with providers and one without must select the same")
     ap.add_argument("--scale", action="store_true",
@@ -1107,9 +1408,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.seeds is None:
         try:
-            report = run_seed(args.seed, args.check, args.providers)
+            report = run_seed(args.seed, args.check, args.providers, args.faults)
         except SimFailure as e:
-            flag = " --providers" if args.providers else ""
+            flag = (" --providers" if args.providers else "") + (
+                f" --faults {','.join(args.faults)}" if args.faults else "")
             print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check{flag}", file=sys.stderr)
             return 1
         if args.no_trace:
@@ -1120,9 +1422,10 @@ def main(argv: list[str] | None = None) -> int:
     totals = {"selected": 0, "incomplete": 0, "late_reports": 0, "restarts": 0}
     for seed in args.seeds:
         try:
-            report = run_seed(seed, args.check, args.providers)
+            report = run_seed(seed, args.check, args.providers, args.faults)
         except SimFailure as e:
-            flag = " --providers" if args.providers else ""
+            flag = (" --providers" if args.providers else "") + (
+                f" --faults {','.join(args.faults)}" if args.faults else "")
             print(f"FAIL {e}\nreplay: python -m tools.simulate --seed {e.seed} --check{flag}", file=sys.stderr)
             return 1
         totals["selected"] += report["summary"]["selected"]
@@ -1134,9 +1437,12 @@ def main(argv: list[str] | None = None) -> int:
                 p.get("sim_refused", 0) for p in report["providers"].values())
             totals["provider_throttled"] = totals.get("provider_throttled", 0) + sum(
                 1 for i in report["incomplete"] if i["reason"] == "provider_throttled")
+        if args.faults:
+            for k in ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes"):
+                totals[k] = totals.get(k, 0) + report["extra_faults"][k]
     elapsed = time.perf_counter() - started
     n = len(args.seeds)
-    extra = {"providers": True} if args.providers else {}
+    extra = ({"providers": True} if args.providers else {}) | ({"faults": ",".join(args.faults)} if args.faults else {})
     print(json.dumps({"seeds": f"{args.seeds.start}-{args.seeds.stop - 1}", "passed": n, "check": args.check,
                       "seconds": round(elapsed, 2), "seconds_per_seed": round(elapsed / n, 4), **totals, **extra},
                      sort_keys=True))

@@ -78,7 +78,7 @@ class WorkerCount(_message.Message):
     def __init__(self, state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class WorkerSummary(_message.Message):
-    __slots__ = ("total", "counts", "slots", "busy_slots", "slowest", "refused", "refused_total")
+    __slots__ = ("total", "counts", "slots", "busy_slots", "slowest", "refused", "refused_total", "quarantined", "quarantined_total")
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,8 @@ class WorkerSummary(_message.Message):
     SLOWEST_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     REFUSED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     total: int
     counts: _containers.RepeatedCompositeFieldContainer[WorkerCount]
     slots: int
@@ -93,7 +95,9 @@ class WorkerSummary(_message.Message):
     slowest: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     refused: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     refused_total: int
-    def __init__(self, total: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[WorkerCount, _Mapping]]] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., slowest: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., refused: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., refused_total: _Optional[int] = ...) -> None: ...
+    quarantined: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    quarantined_total: int
+    def __init__(self, total: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[WorkerCount, _Mapping]]] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., slowest: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., refused: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., refused_total: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., quarantined_total: _Optional[int] = ...) -> None: ...
 
 class GroupCount(_message.Message):
     __slots__ = ("state", "count")
@@ -176,7 +180,7 @@ class ProviderStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., running: _Optional[int] = ..., peak_running: _Optional[int] = ..., effective: _Optional[int] = ..., declared: _Optional[int] = ..., throttled: _Optional[int] = ..., retry_after_ms_total: _Optional[int] = ..., slow_start: _Optional[bool] = ..., last_throttled: _Optional[str] = ..., last_throttled_age_ms: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id", "refused_run_id", "refused_reason", "refused_differences", "refused_age_ms", "serves_runs")
+    __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id", "refused_run_id", "refused_reason", "refused_differences", "refused_age_ms", "serves_runs", "quarantined_until_ms", "quarantine_left_ms", "quarantine_reason", "probation", "quarantines", "streak")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +193,12 @@ class WorkerStatus(_message.Message):
     REFUSED_DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
     REFUSED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     SERVES_RUNS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINE_LEFT_MS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINE_REASON_FIELD_NUMBER: _ClassVar[int]
+    PROBATION_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINES_FIELD_NUMBER: _ClassVar[int]
+    STREAK_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     status: str
     incarnation: int
@@ -201,7 +211,13 @@ class WorkerStatus(_message.Message):
     refused_differences: _containers.RepeatedCompositeFieldContainer[_common_pb2.EnvironmentDifference]
     refused_age_ms: int
     serves_runs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[str] = ..., status: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ..., environment_id: _Optional[str] = ..., refused_run_id: _Optional[str] = ..., refused_reason: _Optional[str] = ..., refused_differences: _Optional[_Iterable[_Union[_common_pb2.EnvironmentDifference, _Mapping]]] = ..., refused_age_ms: _Optional[int] = ..., serves_runs: _Optional[_Iterable[str]] = ...) -> None: ...
+    quarantined_until_ms: int
+    quarantine_left_ms: int
+    quarantine_reason: str
+    probation: bool
+    quarantines: int
+    streak: int
+    def __init__(self, worker_id: _Optional[str] = ..., status: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ..., environment_id: _Optional[str] = ..., refused_run_id: _Optional[str] = ..., refused_reason: _Optional[str] = ..., refused_differences: _Optional[_Iterable[_Union[_common_pb2.EnvironmentDifference, _Mapping]]] = ..., refused_age_ms: _Optional[int] = ..., serves_runs: _Optional[_Iterable[str]] = ..., quarantined_until_ms: _Optional[int] = ..., quarantine_left_ms: _Optional[int] = ..., quarantine_reason: _Optional[str] = ..., probation: _Optional[bool] = ..., quarantines: _Optional[int] = ..., streak: _Optional[int] = ...) -> None: ...
 
 class DeadLetterStatus(_message.Message):
     __slots__ = ("worker_id", "attempt_id", "reason")
@@ -238,7 +254,7 @@ class GetResultsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class CellResult(_message.Message):
-    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms", "incomplete_detail", "throttled")
+    __slots__ = ("cell_id", "task_id", "repetition", "subject_id", "state", "score", "status", "attempt_id", "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason", "attempts", "artifacts", "unavailable", "input_tokens", "output_tokens", "cached_tokens", "started_ms", "finished_ms", "incomplete_detail", "throttled", "executions", "extra_execution_cost_usd")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REPETITION_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +280,8 @@ class CellResult(_message.Message):
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
     INCOMPLETE_DETAIL_FIELD_NUMBER: _ClassVar[int]
     THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_EXECUTION_COST_USD_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     task_id: str
     repetition: int
@@ -289,7 +307,9 @@ class CellResult(_message.Message):
     finished_ms: int
     incomplete_detail: str
     throttled: int
-    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., incomplete_detail: _Optional[str] = ..., throttled: _Optional[int] = ...) -> None: ...
+    executions: int
+    extra_execution_cost_usd: float
+    def __init__(self, cell_id: _Optional[str] = ..., task_id: _Optional[str] = ..., repetition: _Optional[int] = ..., subject_id: _Optional[str] = ..., state: _Optional[str] = ..., score: _Optional[float] = ..., status: _Optional[_Union[_common_pb2.Status, str]] = ..., attempt_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., dispatch_order: _Optional[int] = ..., cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, str]] = ..., incomplete_reason: _Optional[str] = ..., attempts: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[_common_pb2.ArtifactRef, _Mapping]]] = ..., unavailable: _Optional[_Iterable[_Union[_common_pb2.ArtifactUnavailable, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., incomplete_detail: _Optional[str] = ..., throttled: _Optional[int] = ..., executions: _Optional[int] = ..., extra_execution_cost_usd: _Optional[float] = ...) -> None: ...
 
 class Summary(_message.Message):
     __slots__ = ("selected", "incomplete", "observed_cost_usd", "usage_complete", "state", "blocked_reason", "peak_concurrent_groups", "slots_offered", "late_reports", "selected_cost_usd", "run_observed_cost_usd", "cost_cap_usd", "score_range_low", "score_range_high")
@@ -366,6 +386,12 @@ class RetryCellRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., cell_id: _Optional[str] = ...) -> None: ...
 
 class DrainWorkerRequest(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseWorkerRequest(_message.Message):
     __slots__ = ("worker_id",)
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: str

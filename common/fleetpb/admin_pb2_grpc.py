@@ -76,6 +76,11 @@ class AdminStub:
                 request_serializer=fleet_dot_v1_dot_admin__pb2.DrainWorkerRequest.SerializeToString,
                 response_deserializer=fleet_dot_v1_dot_admin__pb2.ActionResponse.FromString,
                 _registered_method=True)
+        self.ReleaseWorker = channel.unary_unary(
+                '/fleet.v1.Admin/ReleaseWorker',
+                request_serializer=fleet_dot_v1_dot_admin__pb2.ReleaseWorkerRequest.SerializeToString,
+                response_deserializer=fleet_dot_v1_dot_admin__pb2.ActionResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/fleet.v1.Admin/Watch',
                 request_serializer=fleet_dot_v1_dot_admin__pb2.WatchRequest.SerializeToString,
@@ -161,6 +166,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseWorker(self, request, context):
+        """Lifts a worker's quarantine (or its probation after one): it takes work again at once.
+        Refused with WORKER_NOT_QUARANTINED when it is neither quarantined nor on probation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Notable events as they happen, from the moment of the call.
         """
@@ -240,6 +253,11 @@ def add_AdminServicer_to_server(servicer, server):
             'DrainWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.DrainWorker,
                     request_deserializer=fleet_dot_v1_dot_admin__pb2.DrainWorkerRequest.FromString,
+                    response_serializer=fleet_dot_v1_dot_admin__pb2.ActionResponse.SerializeToString,
+            ),
+            'ReleaseWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseWorker,
+                    request_deserializer=fleet_dot_v1_dot_admin__pb2.ReleaseWorkerRequest.FromString,
                     response_serializer=fleet_dot_v1_dot_admin__pb2.ActionResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
@@ -484,6 +502,33 @@ class Admin:
             target,
             '/fleet.v1.Admin/DrainWorker',
             fleet_dot_v1_dot_admin__pb2.DrainWorkerRequest.SerializeToString,
+            fleet_dot_v1_dot_admin__pb2.ActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fleet.v1.Admin/ReleaseWorker',
+            fleet_dot_v1_dot_admin__pb2.ReleaseWorkerRequest.SerializeToString,
             fleet_dot_v1_dot_admin__pb2.ActionResponse.FromString,
             options,
             channel_credentials,

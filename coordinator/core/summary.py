@@ -4,13 +4,16 @@ Rules. A cell is either selected (one report, with its provenance) or incomplete
 reason; it is never given a score it did not earn. Observed cost sums every report of the
 run, late ones included, and is only the known subtotal: `usage_complete` is false as soon
 as any dispatched attempt has no complete usage report. A blocked or exhausted run says so
-in `state` instead of looking merely unsettled.
+in `state` instead of looking merely unsettled. Work paid for twice is counted, never hidden: a
+cell whose reports show the subject ran more than once (`executed`; late reports too) counts as
+executed more than once, and the known cost of every such execution but the one that counts
+(the selected attempt, else the first execution) is its extra execution cost.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.evidence import Usage
+from common.evidence import Execution, Report, Usage
 from common.ids import AssignmentId, AttemptId, CellId, RunId, SubjectId, TaskId, WorkerId
 from coordinator.core.state import CellCounts, GroupState, GroupStatus, RunState, State
 
@@ -33,6 +36,8 @@ class SelectedResult:
     usage: str
     started_ms: int
     finished_ms: int
+    executions: int = 1  # attempts whose reports show the subject ran (see `executed`)
+    extra_execution_cost_usd: float = 0.0  # the known cost of those beyond the selected one
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,10 @@ class IncompleteCell:
     reason: str  # exhausted | provider_throttled | blocked | paused | running | retry_pending | not_yet_run
     attempts: int
     detail: str  # what the last report said, if any
+    executions: int = 0
+    extra_execution_cost_usd: float = 0.0  # the known cost of the executions beyond the first
+    last_attempt_id: AttemptId | None = None  # the provenance of its last attempt, if any
+    last_worker_id: WorkerId | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,8 @@ class RunSummary:
     selected_cost_usd: float
     usage_complete: bool
     attempts_dispatched: int
+    executed_more_than_once: int  # cells whose subject ran in two or more attempts
+    extra_execution_cost_usd: float  # the known cost of those extra executions
     late_reports: int
     lost_attempts: int
     peak_concurrent_groups: int
@@ -80,6 +91,18 @@ class Tally:
     usage_complete: bool = True
     dispatched: int = 0
     lost: int = 0
+    # Not carried by page tokens (coordinator/paging.py LAYOUT): a listing carries them per cell
+    # (CellResult.executions, extra_execution_cost_usd) and its reader sums them.
+    executed_more_than_once: int = 0
+    extra_execution_cost_usd: float = 0.0
+
+
+def executed(r: Report | None) -> bool:
+    """Whether a report shows the subject ran (and so was paid for): completed, failed on its
+    own or unknown (it may have run to the end); not a subject that never started, and not an
+    attempt the provider throttled."""
+    return (r is not None and not r.throttled
+            and r.execution in (Execution.COMPLETED, Execution.SUBJECT_FAILED, Execution.UNKNOWN))
 
 
 def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, repetition: int,
@@ -87,6 +110,8 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
     """One cell's outcome, its costs and usage added to `tally` (the one copy of these rules)."""
     cell = run.cells[cid]
     last_detail = ""
+    executions = 0
+    extra_cost = 0.0
     for tid in cell.attempts:
         attempt = state.attempts[tid]
         tally.dispatched += 1
@@ -98,6 +123,15 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
             last_detail = r.detail
             if r.cost_usd is not None:
                 tally.observed_cost_usd += r.cost_usd
+        if executed(r):
+            executions += 1
+            # The one that counts is the selected attempt, or the first execution without one.
+            counts = tid == cell.selected if cell.selected is not None else executions == 1
+            if not counts and r.cost_usd is not None:
+                extra_cost += r.cost_usd
+    if executions > 1:
+        tally.executed_more_than_once += 1
+        tally.extra_execution_cost_usd += extra_cost
     if cell.selected is not None:
         a = state.attempts[cell.selected]
         r = a.report
@@ -108,7 +142,8 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
         return SelectedResult(
             cid, task_id, repetition, cell.subject_id, r.score, r.status.name.lower(),
             a.attempt_id, a.worker_id, a.assignment_id, a.generation, a.dispatch_order,
-            len(cell.attempts), r.cost_usd, r.usage.name.lower(), r.started_ms, r.finished_ms)
+            len(cell.attempts), r.cost_usd, r.usage.name.lower(), r.started_ms, r.finished_ms,
+            executions, extra_cost)
     if group.status == GroupStatus.ASSIGNED:
         reason = "running"
     elif group.status == GroupStatus.SETTLED:
@@ -122,7 +157,10 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
     else:
         reason = "not_yet_run"
     tally.incomplete += 1
-    return IncompleteCell(cid, task_id, repetition, cell.subject_id, reason, len(cell.attempts), last_detail)
+    last = state.attempts[cell.attempts[-1]] if cell.attempts else None
+    return IncompleteCell(cid, task_id, repetition, cell.subject_id, reason, len(cell.attempts), last_detail,
+                          executions, extra_cost, last.attempt_id if last is not None else None,
+                          last.worker_id if last is not None else None)
 
 
 def summarize(state: State, run_id: RunId) -> RunSummary:
@@ -145,7 +183,9 @@ def summarize(state: State, run_id: RunId) -> RunSummary:
         run_id=run_id, state=run_state(run, bool(incomplete)), blocked_reason=run.blocked_reason, cells_total=spec.cell_count,
         selected=tuple(selected), incomplete=tuple(incomplete),
         observed_cost_usd=round(tally.observed_cost_usd, 9), selected_cost_usd=round(tally.selected_cost_usd, 9),
-        usage_complete=tally.usage_complete, attempts_dispatched=tally.dispatched, late_reports=run.late_reports,
+        usage_complete=tally.usage_complete, attempts_dispatched=tally.dispatched,
+        executed_more_than_once=tally.executed_more_than_once,
+        extra_execution_cost_usd=round(tally.extra_execution_cost_usd, 9), late_reports=run.late_reports,
         lost_attempts=tally.lost, peak_concurrent_groups=run.peak_active, slots_offered=run.peak_slots_offered,
         max_concurrent_groups=spec.max_concurrent_groups,
         groups_waiting=counts[GroupStatus.WAITING], groups_assigned=counts[GroupStatus.ASSIGNED],

@@ -67,10 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("repair", help="unblock a run after fixing its environment failure")
     p.add_argument("run")
     p.add_argument("reason")
-    p = sub.add_parser("retry", help="grant an exhausted cell one more attempt")
+    p = sub.add_parser("retry", help="grant an exhausted cell one more attempt, or every incomplete cell that "
+                                     "matches --where")
     p.add_argument("run")
-    p.add_argument("cell")
+    p.add_argument("cell", nargs="?")
+    p.add_argument("--where", type=actions.where_filter, metavar="KEY=VALUE,...",
+                   help="retry the incomplete cells matching every key: " + ", ".join(
+                       f"{k}=" + ("incomplete" if k == "state" else "|".join(actions.INCOMPLETE_REASONS)
+                                  if k == "reason" else k.upper()) for k in actions.WHERE_KEYS)
+                   + " (worker: of the cell's last attempt)")
+    p.add_argument("--dry-run", action="store_true", help="with --where: print the cells it would retry, and stop")
     sub.add_parser("drain", help="give a worker no new work").add_argument("worker")
+    sub.add_parser("release", help="lift a worker's quarantine (fleetctl status shows why it is quarantined)"
+                   ).add_argument("worker")
     p = sub.add_parser("watch", help="live events")
     p.add_argument("run", nargs="?")
     p = sub.add_parser("report", help="one self-contained HTML page: timeline per worker slot, scores, cost")
@@ -110,4 +119,4 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except CtlError as e:
         print(f"fleetctl: {e}", file=sys.stderr)
-        return 1
+        return e.exit_code

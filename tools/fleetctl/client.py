@@ -1,5 +1,5 @@
 """The Admin API client every command uses, and CtlError: the one error fleetctl prints as
-a single line on stderr (exit 1)."""
+a single line on stderr (exit 1; UsageError, a command line it cannot act on, exit 2)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +14,13 @@ CALL_TIMEOUT_S = 30
 
 
 class CtlError(Exception):
-    pass
+    exit_code = 1
+
+
+class UsageError(CtlError):
+    """Arguments that parse but do not make a command (argparse's own errors exit 2 too)."""
+
+    exit_code = 2
 
 
 def channel(address: str, tls_ca: Path | None, tls_cert: Path | None = None,

@@ -596,12 +596,19 @@ def render_cost(cells: list[dict], summary: dict) -> str:
              'unknown, not zero</p>')
     unknown_note = (f'<p class="note" id="selected-cost-unknown" data-cells="{unknown}">{unknown} selected '
                     f'result(s) report no cost: unknown, not counted as zero.</p>' if unknown else "")
+    # Work paid for more than once: cells whose subject ran in two or more attempts (late reports
+    # too), and the known cost of every execution but the one that counts. From the cells, as the
+    # throttled count: the whole listing, whatever its pages.
+    twice = sum(1 for c in cells if (c.get("executions") or 0) > 1)
+    extra = round(sum(float(c.get("extra_execution_cost_usd") or 0.0) for c in cells), 9)
     return (f'<dl class="facts"><dt>selected results</dt><dd><span id="cost-selected" data-usd="{sel_cost!r}">'
             f'{_usd(sel_cost)}</span> over {len(known)} of {len(selected)} selected cells</dd>'
             f'<dt>all observed</dt><dd><span id="cost-observed" data-usd="{observed!r}">{_usd(observed)}</span> '
             f'(retries, late and exhausted attempts included)</dd>'
             f'<dt>not in the selected results</dt><dd><span id="cost-other" data-usd="{other!r}">{_usd(other)}</span>'
-            f'</dd></dl>{bar}{usage}{unknown_note}')
+            f'</dd><dt>paid more than once</dt><dd id="executed-twice" data-cells="{twice}" data-usd="{extra!r}">'
+            f'{twice} cells executed more than once; their extra executions cost {_usd(extra)}</dd>'
+            f'</dl>{bar}{usage}{unknown_note}')
 
 
 def render_incomplete(cells: list[dict]) -> tuple[str, int]:
@@ -745,6 +752,8 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
         ("count-retried-cells", retried_cells, "cells retried"), ("count-attempts", attempts_total, "attempts"),
         ("count-late", int(summary.get("late_reports") or 0), "late reports"),
         ("count-throttled", throttled, "throttled attempts"),
+        ("count-executed-twice", sum(1 for c in cells if (c.get("executions") or 0) > 1),
+         "cells executed more than once"),
     ]
     counts_html = "".join(f'<li><b id="{cid}" data-count="{n}">{n}</b><span class="label">{esc(label)}</span></li>'
                           for cid, n, label in counts)

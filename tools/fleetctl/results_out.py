@@ -51,6 +51,7 @@ class _Listing:
         self.summary: dict | None = None
         self._seen: list[dict] = []  # minimal records of cells read before the range was known
         self.throttled = 0  # throttled attempts of every cell listed: the summary's count is its page's
+        self.executed_twice, self.extra_cost = 0, 0.0  # the same for work paid for more than once
 
     def cells(self) -> Iterator[dict]:
         for cells, summary in cell_pages(self.pages):
@@ -59,6 +60,8 @@ class _Listing:
                 self._start(summary.get("score_range"))
             for cell in cells:
                 self.throttled += cell["throttled"]
+                self.executed_twice += cell["executions"] > 1
+                self.extra_cost += cell["extra_execution_cost_usd"]
                 if self.stats is not None:
                     self.stats.add(cell)
                 else:
@@ -67,6 +70,8 @@ class _Listing:
                 yield cell
         assert self.summary is not None, "the listing ended without its summary"
         self.summary["throttled_attempts"] = self.throttled
+        self.summary["executed_more_than_once"] = self.executed_twice
+        self.summary["extra_execution_cost_usd"] = round(self.extra_cost, 9)
 
     def _start(self, score_range: list[float] | None) -> None:
         self.stats = StreamingStats(score_range, bootstrap=self.ci == "bootstrap")

@@ -3,6 +3,7 @@ what `fleetctl local` and the HTML report read), and their text tables."""
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 from typing import Any
@@ -37,6 +38,9 @@ def results_json(resp: Any) -> dict:
             "finished_ms": cell.finished_ms if cell.HasField("finished_ms") else None,
             "artifacts": [{"name": a.name, "digest": a.digest, "size_bytes": a.size_bytes} for a in cell.artifacts],
             "throttled": cell.throttled,
+            # Attempts whose subject ran (late ones too), and the known cost of all but the one
+            # that counts: work paid for more than once.
+            "executions": cell.executions, "extra_execution_cost_usd": cell.extra_execution_cost_usd,
         })
     s = resp.summary
     return {"cells": cells, "summary": {
@@ -50,7 +54,16 @@ def results_json(resp: Any) -> dict:
         # tools/fleetctl/results_out.py).
         "run_observed_cost_usd": s.run_observed_cost_usd, "cost_cap_usd": s.cost_cap_usd or None,
         "throttled_attempts": sum(c["throttled"] for c in cells),
+        # The same for the cells executed more than once and what their extra executions cost.
+        **paid_twice(cells),
         "score_range": [s.score_range_low, s.score_range_high] if s.HasField("score_range_low") else None}}
+
+
+def paid_twice(cells: list[dict]) -> dict:
+    """The cells executed more than once among `cells`, and the known cost of their extra
+    executions (summed per cell: a listing in pages adds its pages up, results_out.py)."""
+    return {"executed_more_than_once": sum(1 for c in cells if c["executions"] > 1),
+            "extra_execution_cost_usd": round(sum(c["extra_execution_cost_usd"] for c in cells), 9)}
 
 
 def status_json(resp: Any) -> dict:
@@ -83,7 +96,12 @@ def worker_json(w: Any) -> dict:
             "refusal": {"run_id": w.refused_run_id, "reason": w.refused_reason,
                         "age_ms": w.refused_age_ms,
                         "differences": [{"key": d.key, "run": d.run_value, "worker": d.worker_value}
-                                        for d in w.refused_differences]} if w.refused_run_id else None}
+                                        for d in w.refused_differences]} if w.refused_run_id else None,
+            "streak": w.streak,
+            "quarantine": {"until_ms": w.quarantined_until_ms or None,
+                           "left_ms": w.quarantine_left_ms if w.quarantined_until_ms else None,
+                           "reason": w.quarantine_reason, "probation": w.probation, "quarantines": w.quarantines}
+            if w.quarantined_until_ms or w.probation else None}
 
 
 def provider_json(p: Any) -> dict:
@@ -129,7 +147,8 @@ def summary_json(s: Any) -> dict:
     """GetStatusResponse.worker_summary (asked for with WORKERS_VIEW_SUMMARY)."""
     return {"total": s.total, "counts": {c.state: c.count for c in s.counts}, "slots": s.slots,
             "busy_slots": s.busy_slots, "slowest": [worker_json(w) for w in s.slowest],
-            "refused": [worker_json(w) for w in s.refused], "refused_total": s.refused_total}
+            "refused": [worker_json(w) for w in s.refused], "refused_total": s.refused_total,
+            "quarantined": [worker_json(w) for w in s.quarantined], "quarantined_total": s.quarantined_total}
 
 
 def age(ms: int) -> str:
@@ -157,6 +176,31 @@ def refusal_lines(worker_id: str, refusal: dict, shown_max: int = 10) -> str:
     return "\n".join(lines)
 
 
+def utc(ms: int) -> str:
+    """A time on the coordinator's wall clock (ms since the epoch), to the second."""
+    return datetime.datetime.fromtimestamp(ms // 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def quarantine_cell(q: dict | None) -> str:
+    """The workers table's quarantine column."""
+    if q is None:
+        return "-"
+    if q["probation"]:
+        return "probation"
+    return f"{age(q['left_ms'] or 0)} left"
+
+
+def quarantine_line(worker_id: str, q: dict, streak: int = 0) -> str:
+    """A quarantined worker (or one on probation) with its evidence, and how to lift it."""
+    lift = f"lift with: fleetctl release {worker_id}"
+    if q["probation"]:
+        return (f"worker {worker_id} on probation after quarantine {q['quarantines']}: its next infrastructure "
+                f"failure quarantines it again ({q['reason'] or 'no reason kept'}); {lift}")
+    return (f"worker {worker_id} quarantined, no new work for {age(q['left_ms'] or 0)} more (until "
+            f"{utc(q['until_ms'])} on the coordinator's clock; quarantine {q['quarantines']} in a row): "
+            f"{q['reason']}" + (f"; {streak} failures since" if streak else "") + f"; {lift}")
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
@@ -169,6 +213,7 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 WORKERS_LISTED_MAX = 20
 WORKERS_SLOWEST_SHOWN = 5
 WORKERS_REFUSED_SHOWN = 5
+WORKERS_QUARANTINED_SHOWN = 5
 
 
 GONE_STATES = ("expired", "gone")  # no longer registered: counted, never "slowest"
@@ -182,10 +227,12 @@ def summarise_workers(workers: list[dict], shown: int = WORKERS_SLOWEST_SHOWN) -
         counts[w["status"]] = counts.get(w["status"], 0) + 1
     live = [w for w in workers if w["status"].split()[0] not in GONE_STATES]
     refused = [w for w in workers if w["refusal"]]
+    quarantined = [w for w in workers if w.get("quarantine")]
     return {"total": len(workers), "counts": dict(sorted(counts.items(), key=lambda x: (-x[1], x[0]))),
             "slots": sum(w["slots"] for w in workers), "busy_slots": sum(w["busy_slots"] for w in workers),
             "slowest": sorted(live, key=lambda w: -w["last_heartbeat_age_ms"])[:shown],
-            "refused": refused[:WORKERS_REFUSED_SHOWN], "refused_total": len(refused)}
+            "refused": refused[:WORKERS_REFUSED_SHOWN], "refused_total": len(refused),
+            "quarantined": quarantined[:WORKERS_QUARANTINED_SHOWN], "quarantined_total": len(quarantined)}
 
 
 def print_workers_summary(summary: dict) -> None:
@@ -201,6 +248,12 @@ def print_workers_summary(summary: dict) -> None:
         print(f"{total} workers refused by a run" + (f" (the first {len(refused)}):" if total > len(refused) else ":"))
         for w in refused:
             print(refusal_lines(w["worker_id"], w["refusal"]))
+    quarantined, total = summary.get("quarantined") or [], summary.get("quarantined_total") or 0
+    if total:
+        print(f"{total} workers quarantined or on probation"
+              + (f" (the first {len(quarantined)}):" if total > len(quarantined) else ":"))
+        for w in quarantined:
+            print(quarantine_line(w["worker_id"], w["quarantine"], w.get("streak") or 0))
 
 
 def order_text(order_from: str | None) -> str:
@@ -245,14 +298,19 @@ def print_status(data: dict, list_workers: bool = False) -> None:
     elif len(data["workers"]) > WORKERS_LISTED_MAX and not list_workers:
         print_workers_summary(summarise_workers(data["workers"]))
     elif data["workers"]:
+        quarantine = any(w.get("quarantine") for w in data["workers"])
         print(table([[w["worker_id"], w["status"], w["incarnation"], f"{w['busy_slots']}/{w['slots']}",
                       age(w["last_heartbeat_age_ms"]), w["environment_id"], len(w["serves_runs"]),
                       f"{w['refusal']['run_id']} {age(w['refusal']['age_ms'])} ago" if w["refusal"] else "-"]
+                     + ([quarantine_cell(w.get("quarantine"))] if quarantine else [])
                      for w in data["workers"]],
-                    ["worker", "status", "incarnation", "busy", "last heard", "environment", "serves", "refused by"]))
+                    ["worker", "status", "incarnation", "busy", "last heard", "environment", "serves", "refused by"]
+                    + (["quarantine"] if quarantine else [])))
         for w in data["workers"]:
             if w["refusal"]:
                 print(refusal_lines(w["worker_id"], w["refusal"]))
+            if w.get("quarantine"):
+                print(quarantine_line(w["worker_id"], w["quarantine"], w.get("streak") or 0))
     else:
         print("no workers registered")
     for d in data["dead_letters"]:
@@ -361,4 +419,14 @@ def print_summary(s: dict) -> None:
           f"; {s['late_reports']} late reports"
           + (f"; {spend_text(s['run_observed_cost_usd'], s.get('cost_cap_usd'))}" if "run_observed_cost_usd" in s else "")
           + (f"; {s['throttled_attempts']} throttled attempts (not counted against maxAttemptsPerCell)"
-             if s.get("throttled_attempts") else ""))
+             if s.get("throttled_attempts") else "")
+          + (f"\n{paid_twice_text(s)}" if "executed_more_than_once" in s else ""))
+
+
+def paid_twice_text(s: dict) -> str:
+    """The results' line on work paid for more than once."""
+    n = s["executed_more_than_once"]
+    if not n:
+        return "executed more than once: 0 cells (no work paid for twice)"
+    return (f"executed more than once: {n} cells; their extra executions cost {usd(s['extra_execution_cost_usd'])} "
+            "(known subtotal, in the observed cost)")

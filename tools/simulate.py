@@ -469,8 +469,9 @@ class Simulation:
             if a is None or not self.protected_worker(a.worker_id):
                 continue
             sa = self.workers[a.worker_id].assignments.get(e.subject)
-            if e.detail == "group deadline exceeded" and sa is not None and sa.running and sa.pending:
-                continue  # its cells really run past the deadline (a straggler, slow cells)
+            if e.detail == "group deadline exceeded" and (
+                    (sa is not None and sa.running and sa.pending) or any(t in self.straggled for t in a.attempts)):
+                continue  # its cells really ran past the deadline (the straggler fault): not the stall's doing
             self.stall_failure(f"assignment {e.subject} of {a.worker_id}, alive and connected throughout a "
                                f"stall, superseded ({e.detail}) after {type(cmd).__name__}: its cells run twice")
 
@@ -1122,6 +1123,7 @@ class Simulation:
             {"extra_faults": self.extra_report()} if self.extra_names else {})
 
     def extra_report(self) -> dict:
+        self.extra_stats["forgiven"] = sum(cell.forgiven for cell in self.state.runs[self.run_id].cells.values())
         return {"names": list(self.extra_names), "stalls_ms": [list(x) for x in self.extra.stalls],
                 "blackhole": self.blackhole_wid, "blackhole_ms": list(self.extra.blackhole_ms),
                 "stall_command": self.stall_command, "stall_problems": self.stall_problems[:20],

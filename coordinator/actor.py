@@ -57,6 +57,7 @@ from common.limits import (
     SNAPSHOT_PART_BYTES,
     SNAPSHOT_PARTS_AHEAD_MAX,
 )
+from common.rejections import Rejection
 from coordinator import codec, snapshotter
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
@@ -69,9 +70,11 @@ from coordinator.core.effects import (
     RefuseRun,
     RequestDrain,
     RevokeAssignment,
+    Transition,
+    rejected,
 )
 from coordinator.core.state import State
-from coordinator.errors import StorageError, StoreCorrupt, fail_stop
+from coordinator.errors import DISK_ROOM_BYTES, StorageError, StoreCorrupt, StoreIOError, disk_nearly_full, fail_stop
 from coordinator.logcodec import LogCodecError, decode_record, encode_cell_reported, encode_record
 from coordinator.snapshot import FORMAT_TAG, SnapshotFormatError, decode_state, encode_state, no_gc
 from coordinator.store import Store
@@ -275,6 +278,10 @@ class Actor:
         self._last_tick_mono = monotonic()  # when the actor last applied a tick
         self._loop_beat: float | None = None  # when the event loop last said it is alive
         self._stall_s = COORDINATOR_STALL_MS / 1000
+        # A full disk: the reason while the coordinator serves reads only (`_degrade`), and when
+        # it last tried whether the disk takes writes again.
+        self.read_only = ""
+        self._probed_mono = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -363,7 +370,7 @@ class Actor:
                 try:
                     first = self._queue.get_nowait()
                 except queue.Empty:
-                    self._chores.popleft()()
+                    self._chore(self._chores.popleft())
                     continue
             else:
                 first = self._queue.get()
@@ -388,7 +395,20 @@ class Actor:
                 batch.append(nxt)
             self._apply(batch)
             if self._chores:
-                self._chores.popleft()()
+                self._chore(self._chores.popleft())
+
+    def _chore(self, chore: Callable[[], None]) -> None:
+        """Snapshot parts and compaction: on a full disk they wait (dropped: the next snapshot
+        starts over), everything else is fail-stop as before."""
+        if self.read_only:
+            return
+        try:
+            chore()
+        except StoreIOError as e:
+            if not e.disk_full:
+                raise
+            self._chores.clear()
+            self._enter_read_only(e)
 
     def _drain_and_close(self) -> None:
         rest: list[Request] = []
@@ -402,18 +422,26 @@ class Actor:
         if rest:
             self._apply(rest)
         newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
-        if self._index > newest:
-            self._store.write_snapshot(self._index, encode_state(self._state))  # a fast next start
+        if self._index > newest and not self.read_only:
+            try:
+                self._store.write_snapshot(self._index, encode_state(self._state))  # a fast next start
+            except StoreIOError as e:
+                if not e.disk_full:
+                    raise
+                log.warning("final_snapshot_skipped", error=e.what, detail="the disk is full; the log has it all")
         log.info("actor_stopped", last_index=self._index)
 
     def _apply(self, requests: list[Request]) -> None:
+        if self.read_only and not self._writable_again():
+            self._refuse(requests)
+            return
         out = Batch()
         records: list[bytes] = []
         effects: list[tuple[int, tuple[object, ...]]] = []  # each transition's, with its time
         state = self._state
         for req in requests:
             if req.chore is not None:
-                req.chore()
+                self._chore(req.chore)
                 continue
             if req.query is not None:
                 value = req.query(state)
@@ -459,7 +487,13 @@ class Actor:
         self._state = state
         if records:
             started = time.perf_counter()
-            self._store.append(records)  # durable from here on; StorageError is fail-stop
+            try:
+                self._store.append(records)  # durable from here on; StorageError is fail-stop
+            except StoreIOError as e:
+                if not e.disk_full:
+                    raise
+                self._degrade(e, requests)  # but a full disk is not: reads go on
+                return
             self._busy_until = time.perf_counter() + self._gather_after_s
             self.commits += 1
             self.records += len(records)
@@ -472,6 +506,70 @@ class Actor:
             self._deliver(out)
         if records and self._store.snapshot_due and self._snapshot_pending is None:
             self._begin_snapshot()
+
+    # -- a full disk -------------------------------------------------------------------------------
+    # The log cannot be written: the coordinator stays up and serves reads (status, results,
+    # watch, metrics) from the state on disk, refuses every command with STORAGE_FULL (workers
+    # keep their reports in their outboxes and send them again), applies no tick (so the time
+    # spent read-only is, once writing resumes, a CoordinatorStalled: nobody is expired for it),
+    # and tries a small write at most once a second until the disk takes it.
+
+    def _enter_read_only(self, err: StoreIOError) -> None:
+        self.read_only = f"{err.what}: {err.advice}"
+        self._probed_mono = self._monotonic()
+        self._snapshot_pending = None  # its parts wait for nothing: the next snapshot starts over
+        log.error("storage_full_read_only", error=err.what, path=str(err.path), advice=err.advice)
+        print(f"fleet-coordinator: the disk is full: {err.what}: {err.path}: serving reads only, "
+              "refusing writes until there is room again", file=sys.stderr, flush=True)
+
+    def _degrade(self, err: StoreIOError, requests: list[Request]) -> None:
+        """The batch's commit failed on a full disk: nothing of it is durable, so the state goes
+        back to what the disk holds, and the batch is answered as refused."""
+        self._enter_read_only(err)
+        self._store.reopen()  # LMDB after a failed commit is not trusted; StoreCorrupt is fail-stop
+        self._state, self._index, _ = recover_with_time(self._store)
+        self._refuse(requests)
+
+    def _writable_again(self) -> bool:
+        mono = self._monotonic()
+        if mono - self._probed_mono < 1.0:
+            return False
+        self._probed_mono = mono
+        if disk_nearly_full(store_path(self._store), DISK_ROOM_BYTES):
+            return False  # a small write may still fit in the log's free pages: wait for room
+        try:
+            self._store.probe_write()
+        except StoreIOError as e:
+            if not e.disk_full:
+                raise
+            self._store.reopen()
+            return False
+        log.warning("storage_writable_again", detail="the disk takes writes again: commands are applied")
+        print("fleet-coordinator: the disk takes writes again", file=sys.stderr, flush=True)
+        self.read_only = ""
+        return True
+
+    def _refuse(self, requests: list[Request]) -> None:
+        """Answer `requests` read-only: queries from the state, commands refused unapplied."""
+        out = Batch()
+        refused = Transition(rejected(Rejection.STORAGE_FULL, "the coordinator's disk is full: it serves reads "
+                                      "only until there is room; nothing was changed, send it again later"))
+        for req in requests:
+            if req.chore is not None:
+                continue
+            if req.query is not None:
+                value = req.query(self._state)
+            elif req.make is not None and getattr(req.make, "__func__", None) is Actor._tick:
+                self._tick_pending.clear()  # time stands still for liveness meanwhile
+                continue
+            elif req.reports is not None or req.many is not None:
+                value = [refused for _ in _commands_of(req, self._now)]
+            else:
+                value = refused
+            if req.done is not None:
+                out.completions.append((req.done, value))
+        if out.completions:
+            self._deliver(out)
 
     # -- snapshots -------------------------------------------------------------------------------
     def _begin_snapshot(self) -> None:

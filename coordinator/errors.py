@@ -61,11 +61,33 @@ class StoreIOError(StorageError):
 
     def __init__(self, what: str, path: Path | str, *, errno: int | None = None) -> None:
         self.errno = errno
-        if errno == errno_mod.ENOSPC:
-            advice = "the disk is full: free space on the data directory's filesystem and restart"
+        # A write error on a file system with no room left is a full disk, whatever errno LMDB
+        # passed on (EIO as often as ENOSPC): say so, rather than send the operator after a
+        # hardware fault that is not there.
+        self.disk_full = errno == errno_mod.ENOSPC or (errno in (errno_mod.EIO, None) and disk_nearly_full(path))
+        if self.disk_full:
+            advice = ("the disk is full: free space on the data directory's filesystem; the "
+                      "coordinator serves reads meanwhile and writes again once there is room")
         else:
             advice = "check the disk (dmesg, SMART) and restart the coordinator"
         super().__init__(what, path, advice=advice)
+
+
+DISK_FULL_FREE_BYTES = 1 << 20  # less free than this on the data dir's file system: it is full
+DISK_ROOM_BYTES = 8 << 20  # free again: the coordinator writes again (above, so that it does not flap)
+
+
+def disk_nearly_full(path: Path | str, free_below: int = DISK_FULL_FREE_BYTES) -> bool:
+    """Whether the file system holding `path` (or its nearest existing parent) has less than
+    `free_below` bytes free for unprivileged writers."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < free_below
 
 
 class ArtifactCorrupt(StorageError):

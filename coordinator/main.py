@@ -224,7 +224,7 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
             log.info("metrics_listening", address=f"{cfg.metrics_listen.rpartition(':')[0]}:{metrics_port}")
             sampler = tg.create_task(_sample_metrics(actor, hub, metrics))
         supervisor = tg.create_task(_supervise(notifier, actor, hub)) if notifier.enabled else None
-        beating = tg.create_task(_beat(actor))
+        beating = tg.create_task(_beat(actor, health_servicer, names[:2] + ("",)))
         notifier.ready(await status_line(actor, hub))
 
         stop = asyncio.Event()
@@ -246,11 +246,20 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
     return 0
 
 
-async def _beat(actor: Actor) -> None:
+async def _beat(actor: Actor, health_servicer: object, services: tuple[str, ...]) -> None:
     """Tell the actor the event loop runs: while it does not (blocked), the actor withholds the
-    clock's ticks, and when it runs again the gap is a logged CoordinatorStalled."""
+    clock's ticks, and when it runs again the gap is a logged CoordinatorStalled. And health
+    follows the disk: NOT_SERVING while the actor serves reads only (a full disk)."""
+    from grpc_health.v1 import health_pb2
+
+    read_only = ""
     while True:
         actor.loop_beat()
+        if actor.read_only != read_only:
+            read_only = actor.read_only
+            state = health_pb2.HealthCheckResponse.NOT_SERVING if read_only else health_pb2.HealthCheckResponse.SERVING
+            for name in services:
+                await _set_health(health_servicer, name, state)
         await asyncio.sleep(limits.LOOP_BEAT_MS / 1000)
 
 

@@ -38,7 +38,7 @@ from coordinator.backup import BackupError, take_backup
 from coordinator.codec import FrameError
 from coordinator.core import commands as c
 from coordinator.core.effects import EndSession, Emit, Outcome, OutcomeKind, PushAssignment, Transition, rejected
-from coordinator.errors import ArtifactCorrupt, StorageError, fail_stop
+from coordinator.errors import ArtifactCorrupt, StorageError, StoreIOError, fail_stop
 from coordinator.core.summary import Tally
 from coordinator.metrics import Metrics
 from coordinator.store import Store
@@ -363,7 +363,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if not t.outcome.ok:
             session.cut(f"registration refused: {t.outcome.rejection.name}")
             log.warning("worker_refused", worker_id=wid, rejection=t.outcome.rejection.name, detail=t.outcome.detail)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{t.outcome.rejection.name}: {t.outcome.detail}")
+            # A full disk is transient (UNAVAILABLE: the worker reconnects later); every other
+            # refusal of a registration is for the operator to mend.
+            code = (grpc.StatusCode.UNAVAILABLE if t.outcome.rejection == Rejection.STORAGE_FULL
+                    else grpc.StatusCode.FAILED_PRECONDITION)
+            await context.abort(code, f"{t.outcome.rejection.name}: {t.outcome.detail}")
             return
         if credential:  # an fsync: off the event loop, shared by the enrollments that arrive together
             await asyncio.to_thread(self.tokens.commit_enrollment, wid, credential)
@@ -714,6 +718,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         except UploadRejected as e:
             committed = await asyncio.to_thread(self._committed_offset, session.worker_id, digest)
             self._ack(session, seq, rejected(e.reason, e.detail), committed_offset=committed, digest=digest)
+            return
+        except StoreIOError as e:
+            if not e.disk_full:
+                fail_stop(e)
+            # A full disk: the worker keeps the file and sends it again (STORAGE_FULL is transient).
+            committed = await asyncio.to_thread(self._committed_offset, session.worker_id, digest)
+            self._ack(session, seq, rejected(Rejection.STORAGE_FULL, f"the coordinator's disk is full: {e.what}"),
+                      committed_offset=committed, digest=digest)
             return
         except StorageError as e:
             fail_stop(e)

@@ -73,6 +73,7 @@ DB_SNAP_PARTS = b"snapparts"
 MAX_DBS = 4
 META_FORMAT = b"format"
 META_LAST_INDEX = b"last_index"
+META_PROBE = b"probe"  # written and deleted by probe_write, never kept
 # 2: runs carry the submitter's environment manifest and workers measure each run they serve
 # (RunEnvironmentMeasured, RunPinReleased); a format-1 log would replay to other decisions,
 # so a data dir written by format 1 is refused with a message, never folded.
@@ -651,6 +652,38 @@ class Store:
             except BaseException:
                 _abort_quietly(txn)
                 raise
+
+    def probe_write(self) -> None:
+        """One small write transaction (a key of its own in meta, put and deleted): whether the
+        disk takes writes again. Raises a StorageError as `append` does."""
+        def body(txn: lmdb.Transaction) -> None:
+            self._put(txn, META_PROBE, b"probe" * 200, self._meta)
+            txn.delete(META_PROBE, db=self._meta)
+        self._write(body, "probing whether the disk takes writes again")
+
+    def reopen(self) -> None:
+        """After a failed commit LMDB's environment is not to be trusted: close it and open the
+        data dir's log again (the kernel lock stays held), so reads, and later writes, go on. The
+        log must end where this store believes it does: else StoreCorrupt (fail-stop)."""
+        with self._copy_lock:
+            self._env.close()
+            try:
+                self._env = lmdb.open(str(self._wal_dir), subdir=True, max_dbs=MAX_DBS,
+                                      map_size=self._map_size_bytes, sync=True, metasync=True, writemap=False,
+                                      map_async=False, lock=True)
+                self._env.reader_check()
+                with self._env.begin(write=True) as txn:
+                    dbs = (self._env.open_db(DB_LOG, txn=txn), self._env.open_db(DB_SNAP, txn=txn),
+                           self._env.open_db(DB_META, txn=txn), self._env.open_db(DB_SNAP_PARTS, txn=txn))
+                    last_index, snapshot_indexes = _check_layout(txn, dbs, self._wal_dir)
+            except (lmdb.Error, OSError) as e:
+                raise _wrap(e, "opening the write-ahead log again", self._wal_dir) from e
+        if last_index != self._last_index:
+            raise StoreCorrupt(f"the log ends at {last_index} after a failed write, not at the committed "
+                               f"{self._last_index}", self._wal_dir, index=last_index)
+        self._log, self._snap, self._meta, self._parts = dbs
+        self._snapshot_indexes = snapshot_indexes
+        self._failed = None
 
     def _grow_map(self, what: str) -> None:
         current = self._map_size_bytes

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from common.evidence import Cleanup, Execution, Status, Usage, Verification
-from tests.integration.harness import Cluster
+from common.evidence import Cleanup, Execution, Status, Usage, Verification, evidence_problem
+from tests.integration.harness import FAST_POLICY, Cluster
 from tools import harbor_env
 from worker.executor.base import AttemptDirs, CellJob, executor_for
 from worker.executor.harbor import (
@@ -248,6 +248,40 @@ def test_a_no_network_task_gets_only_loopback(harbor_python, tmp_path):
     assert file_text(outcome, "trial/agent/links.txt").split() == ["lo"]
 
 
+# A message that names no throttling: only the exception type Harbor records says it.
+UNSAID = "the provider refused the request; retry after a short wait"
+
+
+@pytest.mark.parametrize("error, message, etype, graded", [
+    # harbor.agents.installed.base.ApiRateLimitError, a NonZeroAgentExitCodeError: Harbor still
+    # runs the verifier.
+    ("harbor", None, "ApiRateLimitError", True),
+    ("harbor", UNSAID, "ApiRateLimitError", True),
+    # litellm's 429 escaping the agent: no verifier (its message always says "RateLimitError").
+    ("litellm", None, "RateLimitError", False),
+], ids=["harbor ApiRateLimitError", "harbor ApiRateLimitError, type alone", "litellm RateLimitError"])
+def test_a_rate_limited_agent_is_throttled_not_failed_and_not_scored(harbor_python, tmp_path, error, message, etype,
+                                                                     graded):
+    subject = {"id": "throttled", "agentImportPath": "fleet_throttled_agent:ThrottledAgent", "model": "probe/1",
+               "agentKwargs": {"error": error, **({"message": message} if message else {})}}
+    outcome = run(job(tmp_path, subject))
+    r = outcome.report
+    # What Harbor recorded: the provider's real exception type, the agent having run.
+    result = json.loads(file_text(outcome, "trial/result.json"))
+    assert result["exception_info"]["exception_type"] == etype, result["exception_info"]
+    assert result["agent_execution"]["started_at"]
+    # The agent had solved the task before the 429: a grade, when Harbor made one, is discarded.
+    assert (result["verifier_result"] or {}).get("rewards") == ({"reward": 1.0} if graded else None), result
+    assert r.throttled and etype in r.throttled and (message or "rate limit") in r.throttled, r
+    assert r.status == Status.THROTTLED and r.score is None and r.verification != Verification.VALID, r
+    assert evidence_problem(r) == "", evidence_problem(r)
+    # Not an ordinary infrastructure failure (nor an environment's: the worker is not to blame).
+    assert r.environment_failure == "" and r.execution == Execution.SUBJECT_FAILED, r
+    assert r.cleanup == Cleanup.CONFIRMED, r
+    assert "throttled" in r.detail and etype in r.detail, r.detail
+    assert r.input_tokens == 50, r  # what the throttled attempt spent is still reported
+
+
 @pytest.mark.parametrize("subject, executor, task, says", [
     ({"id": "x", "agent": "no-such-agent"}, None, TASK, "no-such-agent"),
     ({"id": "x", "agent": "oracle"}, {"kind": "harbor", "harborVersion": "0.0.1"}, TASK, "0.0.1"),
@@ -349,3 +383,29 @@ def test_oracle_and_nop_through_a_coordinator_and_a_worker(harbor_python, tmp_pa
         artifacts = {a["name"] for a in cell["artifacts"]}
         assert {"trial/result.json", "trial/verifier/reward.txt", "runner.stderr"} <= artifacts, artifacts
     assert results["summary"]["usage_complete"] is False
+
+
+def test_a_throttled_harbor_attempt_is_not_counted_against_max_attempts(harbor_python, tmp_path):
+    # The provider refuses the first two attempts with a 429, then lets the third through.
+    # With maxAttemptsPerCell 1 the cell still completes, on its third attempt: neither
+    # throttled attempt counted, nor was selected (though Harbor graded both 1).
+    counter = tmp_path / "throttle-count"
+    spec = {**SPEC, "subjects": [{"id": "throttled", "agentImportPath": "fleet_throttled_agent:ThrottledAgent",
+                                  "model": "probe/1",
+                                  "agentKwargs": {"counter": str(counter), "times": 2}}]}
+    cluster = Cluster(tmp_path)
+    try:
+        started = time.monotonic()
+        cluster.start_coordinator()
+        cluster.start_worker("h1", slots=1, bench_root=FIXTURE)
+        run_id = cluster.submit(spec, {**FAST_POLICY, "maxAttemptsPerCell": 1})
+        results = cluster.wait_settled(run_id, 180)
+        print(f"\nthrottled twice, then settled in {time.monotonic() - started:.1f}s")
+    finally:
+        cluster.stop_all()
+    assert counter.read_text() == "3"
+    assert results["summary"]["state"] == "complete", results
+    [cell] = results["cells"]
+    assert (cell["state"], cell["status"], cell["score"], cell["throttled"]) == ("selected", "completed", 1.0, 2), cell
+    assert cell["attempts"] == 3, cell  # two throttled, one counted
+    assert results["summary"]["throttled_attempts"] == 2, results["summary"]

@@ -822,6 +822,7 @@ def _coordinator_stalled(state: State, cmd: c.CoordinatorStalled, fx: Fx) -> Out
             if last_heard.get(worker.worker_id, 0) < fresh:
                 last_heard[worker.worker_id] = fresh
     state.soft.stream_ended_ms.clear()
+    state.soft.stall_grace_until_ms = cmd.now_ms + timing.recovery_grace_ms
     state.recovered_ms = cmd.now_ms
     state.recovery_grace_ms = timing.recovery_grace_ms
     _liveness_moved(state)
@@ -1042,9 +1043,10 @@ def _stream_ended(state: State, cmd: c.WorkerStreamEnded) -> Transition:
     if worker.status != WorkerStatus.ACTIVE:
         return Transition(ACCEPTED)
     timing = _timing(state)
-    # Inside the coordinator's own recovery grace (a restart, a stall) a stream end is silence:
-    # streams cut while the coordinator was not itself say nothing about their workers.
-    own_grace = cmd.now_ms < state.recovered_ms + state.recovery_grace_ms
+    # Inside the grace after a stall a stream end is silence: streams cut while the coordinator
+    # was not itself say nothing about their workers. (After a restart, a worker that said hello
+    # again and then dies is gone as ever.)
+    own_grace = cmd.now_ms < state.soft.stall_grace_until_ms
     if (timing.stream_end_grace_ms > 0 and 0 <= cmd.quiet_ms < limits.STREAM_END_QUIET_MS_MAX
             and not own_grace):
         state.soft.stream_ended_ms[worker.worker_id] = cmd.now_ms

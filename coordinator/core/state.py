@@ -286,6 +286,9 @@ class Soft:
     # Workers whose failure streak reached the policy's bound, or who are quarantined: each tick
     # looks at them (machine.py `_quarantine_watch`). None: rebuilt from durable state.
     quarantine_watch: dict[WorkerId, None] | None = None
+    # Until when a stream that ends is silence, not a worker that left: a CoordinatorStalled's
+    # grace (machine.py `_stream_ended`).
+    stall_grace_until_ms: int = 0
 
     def __setstate__(self, state: object) -> None:
         """As pickle and copy restore a slotted object, but a field this build no longer has is

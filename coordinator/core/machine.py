@@ -584,8 +584,11 @@ def _cell_retry_granted(state: State, cmd: c.CellRetryGranted, fx: Fx) -> Outcom
     group = run.groups[cell.group_index]
     if cell.selected is not None:
         return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} already has a selected result")
-    if group.status == GroupStatus.ASSIGNED:
+    if group.status == GroupStatus.ASSIGNED and any(
+            state.attempts[tid].cell_id == cell.cell_id for tid in state.assignments[group.assignment].attempts):
         return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} is running")
+    # A cell out of attempts in a group that runs others (a bulk retry granted one of them first)
+    # is granted too: the group waits again for it when this dispatch ends.
     if run.attempts_left(cell):
         return rejected(Rejection.CELL_NOT_INCOMPLETE, f"cell {cmd.cell_id} still has attempts left")
     cell.grants += 1

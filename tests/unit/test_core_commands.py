@@ -1227,3 +1227,24 @@ def test_a_whole_run_drives_to_completion_and_replays():
     s = k.summary()
     assert s.state == "complete" and len(s.selected) == 12 and s.peak_concurrent_groups == 3
     k.assert_replays()
+
+
+def test_a_cell_out_of_attempts_is_granted_while_its_group_runs_another_of_its_cells():
+    """A bulk retry grants the cells of one group one by one: the first grant dispatches the
+    group with that cell alone, and the second cell's grant joins the group's next dispatch."""
+    k = Core(make_spec(tasks=1, subjects=2), make_policy(max_attempts_per_cell=1))
+    [p0] = pushes(k.register("w1"))
+    k.report_all(p0.assignment_id, UNKNOWN)
+    assert k.run.settled
+    a, b = (cell.cell_id for cell in p0.cells)
+    assert k.grant(a).outcome == ACCEPTED
+    [running] = [x for x in k.state.assignments.values() if x.authoritative]
+    assert [k.attempt(t).cell_id for t in running.attempts] == [a]
+    assert rejected_with(k.grant(a), Rejection.CELL_NOT_INCOMPLETE), "a is running"
+    assert k.grant(b).outcome == ACCEPTED
+    k.report_all(running.assignment_id, OK)
+    [again] = [x for x in k.state.assignments.values() if x.authoritative]
+    assert [k.attempt(t).cell_id for t in again.attempts] == [b]
+    k.report_all(again.assignment_id, OK)
+    assert k.run.settled and k.run.selected_cells == 2
+    k.assert_replays()

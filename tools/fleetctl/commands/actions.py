@@ -103,10 +103,7 @@ def retry_where(admin: Admin, run_id: str, where: dict[str, str], dry_run: bool)
             print(f"  {cid}")
         return 0
     refused = 0
-    # A grant dispatches its group at once when a worker is free, and a running group's other
-    # cells cannot be granted until it settles (the core refuses them): say so where it happens.
-    granted_in: dict[tuple, str] = {}
-    for cid, group in cells:
+    for cid, _group in cells:
         request = admin_pb2.RetryCellRequest(run_id=run_id, cell_id=cid)
         try:
             resp = admin.call("RetryCell", request)
@@ -114,11 +111,6 @@ def retry_where(admin: Admin, run_id: str, where: dict[str, str], dry_run: bool)
             why: str | None = f"failed: {e}"
         else:
             why = refusal(resp, "RetryCell", request)
-        if why is None:
-            granted_in.setdefault(group, cid)
-        elif group in granted_in and "is running" in why:
-            why += (f" (its group was dispatched by the grant of {granted_in[group]} above: retry this cell "
-                    "when the group settles)")
         refused += why is not None
         print(f"  {cid}: {why if why is not None else outcome_text(resp)}")
     print(f"{len(cells) - refused} of {len(cells)} cells granted one more attempt"

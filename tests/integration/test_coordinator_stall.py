@@ -74,5 +74,8 @@ def test_a_coordinator_frozen_past_the_expiry_expires_nobody_and_executes_each_c
 
 
 @pytest.mark.crash
+@pytest.mark.skipif(not os.environ.get("FLEET_LONG_TESTS"),
+                    reason="the issue's 20 s freeze at the default policy (25 s): FLEET_LONG_TESTS=1 runs it; "
+                           "the freeze past the fast policy's expiry above runs every time")
 def test_a_20_s_freeze_at_the_default_policy_executes_each_cell_once(tmp_path: Path) -> None:
     freeze_mid_run(tmp_path, {"maxAttemptsPerCell": 3}, freeze_s=20)

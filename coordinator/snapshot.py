@@ -104,6 +104,10 @@ def decode_state(data: bytes | list[bytes]) -> State:
 def _fill_added_fields(state: State) -> None:
     """A slotted record pickles only the slots it had; a field added since (with a default)
     is absent from an older snapshot's records and takes its default here."""
+    for run in state.runs.values():  # derived at submit; a snapshot from before it lacks it
+        if not getattr(run, "provider_names", ()) and getattr(run, "subject_providers", ()):
+            run.provider_names = tuple(dict.fromkeys(run.subject_providers))
+            run.provider_by_subject = {s.id: p for s, p in zip(run.spec.subjects, run.subject_providers)}
     for record in (state, *state.runs.values()):
         for f in fields(record):
             if not hasattr(record, f.name):

@@ -167,7 +167,9 @@ def _run_submitted(state: State, cmd: c.RunSubmitted, fx: Fx) -> Outcome:
         peak_slots_offered=state.slots_active,
         manifest=dict(cmd.manifest), worker_keys=cmd.worker_keys,
         order=tuple(order), rank=tuple(rank),
-        subject_providers=subject_providers, cost_cap_usd=cmd.policy.max_observed_cost_usd,
+        subject_providers=subject_providers, provider_names=tuple(dict.fromkeys(subject_providers)),
+        provider_by_subject={s.id: p for s, p in zip(spec.subjects, subject_providers)},
+        cost_cap_usd=cmd.policy.max_observed_cost_usd,
     )
     providers.register(state, state.runs[cmd.run_id])
     state.soft.cell_counts[cmd.run_id] = CellCounts()  # nothing tried, running or exhausted yet
@@ -473,7 +475,7 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if assignment.unreported == 0:
         _release(state, assignment, cmd.now_ms, "completed", fx)
         _fill(state, cmd.now_ms, fx)
-    elif run.subject_providers and state.providers[run.subject_providers[group.cells.index(cell.cell_id)]].effective:
+    elif run.subject_providers and state.providers[run.provider_by_subject[cell.subject_id]].effective:
         _fill(state, cmd.now_ms, fx)  # the cell's provider has room again for a waiting group
     return ACCEPTED
 
@@ -1244,9 +1246,13 @@ def _count_group(state: State, run: RunState, group: GroupState, *, running: int
 
 def _pending_cells(run: RunState, group: GroupState) -> list[CellState]:
     out = []
+    cells = run.cells
+    attempts_max = run.policy.max_attempts_per_cell
+    throttled_max = run.policy.max_throttled_attempts_per_cell
     for cid in group.cells:
-        cell = run.cells[cid]
-        if cell.selected is None and run.attempts_left(cell):
+        cell = cells[cid]  # run.attempts_left, inline: once per cell of every dispatch and release
+        if (cell.selected is None and len(cell.attempts) - cell.throttled - cell.forgiven < attempts_max + cell.grants
+                and cell.throttled < throttled_max + cell.grants):
             out.append(cell)
     return out
 
@@ -1313,7 +1319,10 @@ def _limited(state: State, run: RunState) -> bool:
     """Whether a provider of the run's subjects has a limit (the unnamed default has none until
     it throttles): only then can a group have to wait for one."""
     providers_of = state.providers
-    return any(providers_of[name].effective for name in run.subject_providers)
+    for name in run.provider_names:
+        if providers_of[name].effective:
+            return True
+    return False
 
 
 def _fill_limited(state: State, run: RunState, cap: int, now: int, fx: Fx) -> None:
@@ -1321,7 +1330,7 @@ def _fill_limited(state: State, run: RunState, cap: int, now: int, fx: Fx) -> No
     fit waits, and the next that fits goes first; at most PROVIDER_PASSES_MAX are passed over in
     one fill, and none is looked at while every provider of the run is full."""
     passed: list[int] = []
-    names = dict.fromkeys(run.subject_providers)
+    names = run.provider_names
     while run.ready and run.active < cap and len(passed) < PROVIDER_PASSES_MAX:
         if all(0 < (p := state.providers[n]).effective <= p.running for n in names):
             break
@@ -1370,7 +1379,10 @@ def _pick_worker(state: State, run: RunState) -> WorkerState | None:
 def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerState, now: int, fx: Fx) -> None:
     pending = _pending_cells(run, group)
     assert pending and group.status == GroupStatus.WAITING, f"dispatch of {group.group_id} with nothing to run"
-    providers.started(state, providers.demand(run, group, pending))
+    if len(run.provider_names) == 1:  # one provider for every subject: the demand is the count
+        providers.started(state, {run.provider_names[0]: len(pending)})
+    elif run.subject_providers:
+        providers.started(state, providers.demand(run, group, pending))
     if run.pin is None:
         _pin(state, run, worker, now, fx)
     group.generation += 1

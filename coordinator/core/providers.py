@@ -120,7 +120,7 @@ def started(state: State, need: dict[str, int]) -> None:
 def stopped(state: State, run: RunState, group: GroupState, cell_id: str) -> None:
     """A cell of an ending assignment that never reported stops counting against its provider."""
     if run.subject_providers:
-        state.providers[run.subject_providers[group.cells.index(cell_id)]].running -= 1
+        state.providers[run.provider_by_subject[run.cells[cell_id].subject_id]].running -= 1
 
 
 def reported(state: State, run: RunState, group: GroupState, cell: CellState, report: Report,
@@ -129,7 +129,7 @@ def reported(state: State, run: RunState, group: GroupState, cell: CellState, re
     still held it), and the provider's limit learns from what happened."""
     if not run.subject_providers:
         return
-    p = state.providers[run.subject_providers[group.cells.index(cell.cell_id)]]
+    p = state.providers[run.provider_by_subject[cell.subject_id]]
     running_before = p.running
     if authoritative:
         p.running -= 1

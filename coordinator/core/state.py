@@ -215,6 +215,8 @@ class RunState:
     # `subjects[].provider`, else the policy's mapping, else "default"); () for a run recovered
     # from a snapshot written before providers: no provider accounting.
     subject_providers: tuple[str, ...] = ()
+    provider_names: tuple[str, ...] = ()  # the distinct ones, in order (derived at submit)
+    provider_by_subject: dict[SubjectId, str] = field(default_factory=dict)  # the same, by subject id
     observed_cost_usd: float = 0.0  # the known cost of every report, late and throttled ones too
     cost_cap_usd: float = 0.0  # policy maxObservedCostUsd, or the cap a recover set; 0: none
     pause_reason: str = ""  # why the run is paused: empty for an operator's pause

@@ -14,6 +14,7 @@ tools/bench_providers.py runs the same workload for its wall time against the id
 """
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 
 from tests.fixtures.provbench.make_spec import provbench_spec, url_env
 from tests.integration.fakeprovider import FakeProvider
-from tests.integration.harness import FAST_POLICY, REPO, Cluster
+from tests.integration.harness import FAST_POLICY, PY, REPO, Cluster
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -72,6 +73,11 @@ def run_workload(cluster: Cluster, spec: dict, policy: dict) -> tuple[dict, floa
         time.sleep(0.1)
 
 
+def run_id_of(cluster: Cluster) -> str:
+    [run] = cluster.status()["runs"]
+    return run["run_id"]
+
+
 def by_state(results: dict) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for c in results["cells"]:
@@ -110,6 +116,16 @@ def test_a_declared_limit_is_never_exceeded_and_nothing_is_refused(tmp_path: Pat
         assert fake and all(p["declared"] == LIMIT and p["effective"] == LIMIT for p in fake), fake[-1:]
         assert max(p["peak_running"] for p in fake) <= LIMIT and all(p["throttled"] == 0 for p in fake), fake[-1:]
         print(f"declared: {what.splitlines()[0]}; ideal {TASKS * 3 * HOLD_S / LIMIT:.1f}s")
+        # `fleetctl results` ends with the fleet's providers (the peak held at the limit).
+        out = subprocess.run([PY, "-m", "tools.fleetctl", "--coordinator", cluster.address, "--token-file",
+                              str(cluster.data_dir / "admin.token"), "results", run_id_of(cluster)],
+                             cwd=REPO, env=cluster.env(), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        tail = out.stdout.split("providers (the fleet's, now):", 1)
+        assert len(tail) == 2, out.stdout[-2000:]
+        row = next(line for line in tail[1].splitlines() if line.startswith("fake")).split()
+        # Settled, the run declares nothing any more (only unsettled runs do): the limit it left stays.
+        assert row[:4] == ["fake", f"0/{LIMIT}", str(LIMIT), "-"], row
     finally:
         cluster.stop_all()
         provider.stop()

@@ -179,6 +179,21 @@ def test_the_report_summary_shows_spend_against_cap_the_pause_and_the_throttled_
     assert 'id="spend"' not in render_html(results, status, [])
 
 
+def test_the_report_and_results_show_the_fleets_providers_but_not_a_lone_untouched_default() -> None:
+    k = spent_core()
+    results = ctl.results_json(admin_pb2.GetResultsResponse(
+        cells=[cell for p in pages_of(k, 100) for cell in p.cells], summary=pages_of(k, 100)[-1].summary))
+    status = ctl.status_json(views.status(k.state, k.run_id, k.now))
+    page = render_html(results, status, [])
+    assert '<section id="providers">' in page
+    assert ('<tr data-provider="openai" data-running="4" data-effective="6" data-declared="8" data-throttled="5">'
+            in page)
+    assert "<td>12.5 s</td>" in page and "429 rate limit: retry after 2 s" in page
+    quiet = dict(status, providers=[dict(p, name="default", throttled=0) for p in status["providers"][:1]])
+    assert '<section id="providers">' not in render_html(results, quiet, [])
+    assert ctl.shown_providers(quiet["providers"]) == [] and ctl.shown_providers(status["providers"])
+
+
 def test_metrics_expose_the_providers_and_each_runs_spend_from_a_sample_of_state() -> None:
     k = spent_core()
     m = Metrics()

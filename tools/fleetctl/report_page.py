@@ -611,6 +611,28 @@ def render_cost(cells: list[dict], summary: dict) -> str:
             f'</dl>{bar}{usage}{unknown_note}')
 
 
+def render_providers(providers: list[dict]) -> str:
+    """The fleet's model providers as the report was written: cells running against each limit,
+    the declared limit, throttled attempts and their retry-after waits (empty when only the
+    unnamed default, never throttled, is there)."""
+    from tools.fleetctl.views import shown_providers
+
+    shown = shown_providers(providers)
+    if not shown:
+        return ""
+    rows = "".join(
+        f'<tr data-provider="{esc(p["name"])}" data-running="{p["running"]}" data-effective="{p["effective"] or 0}" '
+        f'data-declared="{p["declared"] or 0}" data-throttled="{p["throttled"]}"><td>{esc(p["name"])}</td>'
+        f'<td>{p["running"]}/{p["effective"] if p["effective"] else "-"}</td><td>{p["peak_running"]}</td>'
+        f'<td>{p["declared"] if p["declared"] else "-"}</td><td>{p["throttled"]}</td>'
+        f'<td>{p["retry_after_ms_total"] / 1000:.1f} s</td><td>{esc(p["last_throttled"] or "")}</td></tr>'
+        for p in shown)
+    return ('<section id="providers"><h2>Model providers</h2><p class="note">Shared by every run on the '
+            'coordinator, as they were when this report was written.</p><table><thead><tr><th>provider</th>'
+            '<th>running/limit</th><th>peak</th><th>declared</th><th>throttled</th><th>retry-after waits</th>'
+            f'<th>last throttled</th></tr></thead><tbody>{rows}</tbody></table></section>')
+
+
 def render_incomplete(cells: list[dict]) -> tuple[str, int]:
     rows = [c for c in cells if c["state"] != "selected"]
     reasons: dict[str, int] = {}
@@ -790,6 +812,7 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
         f'intervals are cluster-robust by task (repetitions of a task are not independent samples), Student\'s t '
         f'with tasks − 1 degrees of freedom.</p>{scores_html}</section>'
         f'<section id="cost"><h2>Cost</h2>{render_cost(cells, summary)}</section>'
+        + render_providers(status.get("providers") or []) +
         f'<section id="incomplete"><h2>Incomplete cells</h2>{incomplete_html}</section>'
         "</main></body></html>\n")
 

@@ -112,6 +112,12 @@ def provider_json(p: Any) -> dict:
             "last_throttled_age_ms": p.last_throttled_age_ms if p.throttled else None}
 
 
+def shown_providers(providers: list[dict]) -> list[dict]:
+    """The providers worth a table: none when the unnamed "default" alone, never throttled,
+    is all there is (it says nothing)."""
+    return providers if any(p["name"] != "default" or p["throttled"] for p in providers) else []
+
+
 def usd(x: float) -> str:
     return f"${x:.4f}" if abs(x) < 100 else f"${x:,.2f}"
 
@@ -288,9 +294,8 @@ def print_status(data: dict, list_workers: bool = False) -> None:
         print("  " + environment_line(r["environment"]))
         print("  dispatch order: " + order_text(r["order_from"]))
         print("  " + spend_text(observed, cap))
-    providers = data.get("providers") or []
-    # The unnamed "default" provider alone, never throttled, says nothing: no table for it.
-    if any(p["name"] != "default" or p["throttled"] for p in providers):
+    providers = shown_providers(data.get("providers") or [])
+    if providers:
         print_providers(providers)
     summary = data.get("worker_summary")
     if summary is not None and summary["total"] > len(data["workers"]):

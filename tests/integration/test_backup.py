@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import stat
 import subprocess
 import time
@@ -109,3 +110,71 @@ def test_a_backup_mid_run_restores_to_a_coordinator_that_finishes_the_run(tmp_pa
     executed = executions(log)
     again_run = [c for c in before if executed.get(c, 0) != executed_before_restore.get(c, 0)]
     assert again_run == [], f"cells selected before the backup were executed again: {again_run}"
+
+
+# ---- `fleetctl backup --into ROOT --keep N` ------------------------------------------------------
+
+def fleetctl_backup(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
+    token = cluster.data_dir / "admin.token"
+    return subprocess.run([PY, "-m", "tools.fleetctl", "--coordinator", cluster.address or "127.0.0.1:1",
+                           "--token-file", str(token), "backup", *args], cwd=REPO, env=cluster.env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_backups_into_a_root_keep_the_newest_and_never_touch_anything_else(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "fleet")
+    root = tmp_path / "backups"
+    root.mkdir()
+    # Foreign entries under ROOT, each of a kind the pruning must leave alone; the time-named ones
+    # sort before anything written now, so a pruning that looked only at names would take them.
+    (root / "notes").mkdir()
+    (root / "notes" / "README").write_text("the operator's\n")
+    (root / "20200101T000000Z").mkdir()  # a backup's name, no manifest
+    (root / "20200101T000001Z").mkdir()
+    (root / "20200101T000001Z" / "BACKUP.json").write_text('{"format": "something-else"}\n')
+    (root / "20200101T000002Z").write_text("a file\n")
+    (root / ".20200101T000003Z.partial-1").mkdir()  # a crashed backup's leftover, manifest and all
+    (root / ".20200101T000003Z.partial-1" / "BACKUP.json").write_text('{"format": "fleet-backup-1"}\n')
+    foreign = sorted(p.name for p in root.iterdir())
+    try:
+        cluster.start_coordinator()
+        cluster.submit(intbench_spec(2, ("good",)))
+        elsewhere = tmp_path / "elsewhere"
+        assert fleetctl_backup(cluster, str(elsewhere)).returncode == 0, "backup DEST works as before"
+        (root / "20200101T000004Z").symlink_to(elsewhere)  # a whole backup, but through a symlink
+        manual = fleetctl_backup(cluster, str(root / "by-hand"))  # a whole backup not named by --into
+        assert manual.returncode == 0, manual.stderr + cluster.tails()
+        foreign = sorted([*foreign, "20200101T000004Z", "by-hand"])
+        written = []
+        for i in range(3):
+            out = fleetctl_backup(cluster, "--into", str(root), "--keep", "2")
+            assert out.returncode == 0, out.stderr + cluster.tails()
+            m = re.search(rf"^backup in ({re.escape(str(root))}/\S+): ", out.stdout, re.M)
+            assert m, out.stdout
+            written.append(Path(m.group(1)).name)
+            assert re.fullmatch(r"\d{8}T\d{6}Z(-\d+)?", written[-1]), written
+            kept = min(i + 1, 2)
+            assert f"{kept} backup{'' if kept == 1 else 's'} kept under {root} (--keep 2)" in out.stdout, out.stdout
+        assert len(set(written)) == 3, f"each backup in a new directory: {written}"
+        assert f"pruned {root / written[0]}" in out.stdout and out.stdout.count("pruned ") == 1, out.stdout
+        assert sorted(p.name for p in root.iterdir()) == sorted([*foreign, *written[1:]])
+        assert (elsewhere / "BACKUP.json").is_file(), "a symlink's target is not pruned"
+        assert (root / "notes" / "README").read_text() == "the operator's\n"
+        manifest = json.loads((root / written[2] / "BACKUP.json").read_text())
+        assert manifest["runs"] == 1 and manifest["dest_dir"] == str(root / written[2])
+
+        # Command lines it cannot act on: exit 2, before any backup, and ROOT unchanged.
+        before = sorted(p.name for p in root.iterdir())
+        for bad in (["--into", str(root), "--keep", "0"], ["--into", str(root), "--keep", "-1"],
+                    ["--into", str(root), "--keep", "two"], ["--into", str(root)], ["--keep", "2"],
+                    [str(tmp_path / "new"), "--into", str(root), "--keep", "2"], [],
+                    ["--into", str(tmp_path / "missing"), "--keep", "2"]):
+            out = fleetctl_backup(cluster, *bad)
+            assert out.returncode == 2 and out.stderr.strip() and "Traceback" not in out.stderr, (bad, out.stderr)
+        assert sorted(p.name for p in root.iterdir()) == before and not (tmp_path / "new").exists()
+    finally:
+        cluster.stop_all()
+    # A failed backup (no coordinator) prunes nothing, even with --keep 1.
+    out = fleetctl_backup(cluster, "--into", str(root), "--keep", "1")
+    assert out.returncode == 1 and "unreachable" in out.stderr, out.stderr
+    assert sorted(p.name for p in root.iterdir()) == before

@@ -214,6 +214,104 @@ def test_the_credential_names_are_the_ones_the_daemons_look_for() -> None:
         shutil.rmtree(d)
 
 
+# ---- the scheduled backup: fleet-backup.service and fleet-backup.timer ---------------------------
+
+BACKUP_UNITS = ("fleet-backup.service", "fleet-backup.timer")
+
+
+def backup_drop_in() -> str:
+    """The coordinator's drop-in for the backup root, as tools/systemd/README.md gives it."""
+    readme = (UNITS_DIR / "README.md").read_text()
+    m = re.search(r"fleet-coordinator\.service\.d/backup\.conf`:\n\n```\n(.*?)```", readme, re.S)
+    assert m, "tools/systemd/README.md gives the coordinator's backup drop-in"
+    return m.group(1)
+
+
+def backup_units() -> dict[str, str]:
+    return {**our_units(), **{name: (UNITS_DIR / name).read_text() for name in BACKUP_UNITS}}
+
+
+def unit_section(text: str, name: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    section = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line
+            continue
+        if section == f"[{name}]":
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def test_the_backup_units_pass_systemd_analyze_verify(analyze: str, tmp_path: Path) -> None:
+    root = make_root(tmp_path, backup_units(), {"fleet-coordinator.service.d/backup.conf": backup_drop_in()})
+    assert verify(analyze, root, ["fleet-backup.service", "fleet-backup.timer", "fleet-coordinator.service"]) == []
+    assert exposure(analyze, root, "fleet-backup.service") <= 2.0
+    assert exposure(analyze, root, "fleet-coordinator.service") <= 2.0, "the drop-in keeps the coordinator's rating"
+
+
+def test_the_verify_check_fails_on_broken_backup_units(analyze: str, tmp_path: Path) -> None:
+    units = backup_units()
+    timer = units["fleet-backup.timer"].replace("Persistent=true", "Persistant=true")
+    service = units["fleet-backup.service"].replace("Type=oneshot", "Type=oneshoot")
+    problems = verify(analyze, make_root(tmp_path, {**units, "fleet-backup.timer": timer,
+                                                    "fleet-backup.service": service}),
+                      ["fleet-backup.service", "fleet-backup.timer"])
+    assert any("Persistant" in p for p in problems), problems
+    assert any("oneshoot" in p for p in problems), problems
+
+
+def test_the_backup_unit_runs_fleetctl_backup_into_its_writable_root_hardened_like_the_coordinator() -> None:
+    text = (UNITS_DIR / "fleet-backup.service").read_text()
+    s = service_section(text)
+    one = {k: v[-1] for k, v in s.items()}
+    coordinator = service_section((UNITS_DIR / "fleet-coordinator.service").read_text())
+    assert one["Type"] == "oneshot" and "Restart" not in s
+    hardening = ("NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "PrivateUsers",
+                 "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
+                 "ProtectClock", "ProtectHostname", "ProtectProc", "RestrictAddressFamilies", "RestrictNamespaces",
+                 "RestrictRealtime", "RestrictSUIDSGID", "LockPersonality", "MemoryDenyWriteExecute",
+                 "SystemCallArchitectures", "SystemCallErrorNumber", "CapabilityBoundingSet", "AmbientCapabilities",
+                 "DynamicUser", "UMask")
+    for key in hardening:
+        assert s.get(key) == coordinator.get(key), f"{key}={s.get(key)!r}; the coordinator: {coordinator.get(key)!r}"
+    assert s["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+    # The coordinator's own dynamic user (DynamicUser=yes, no User=: named after its unit).
+    assert "User" not in coordinator and one["User"] == one["Group"] == "fleet-coordinator"
+    assert s["LoadCredential"] == ["admin.token:/var/lib/fleet/admin.token"]
+    assert "Environment" not in s and "EnvironmentFile" not in s, "no secrets in the unit itself"
+
+    from tools.fleetctl.cli import build_parser
+    from tools.fleetctl.commands.backup import BACKUP_TIMEOUT_S
+
+    argv = one["ExecStart"].split()
+    assert argv[0] == "/opt/fleet/venv/bin/fleetctl"
+    args = build_parser().parse_args(argv[1:])
+    assert (args.cmd, args.dest, args.keep) == ("backup", None, 14)
+    assert str(args.token_file) == "%d/admin.token", "the token by its credential path, never on the command line"
+    root = args.into
+    assert s["ReadWritePaths"] == [root] == ["/var/backups/fleet"], "only the backup root is writable"
+    assert one["ExecStartPre"] == f"+/usr/bin/install -d -m 0700 -o fleet-coordinator -g fleet-coordinator {root}"
+    assert int(one["TimeoutStartSec"].removesuffix("min")) * 60 > BACKUP_TIMEOUT_S, "the unit outwaits fleetctl"
+    assert unit_section(text, "Unit")["After"] == ["fleet-coordinator.service"]
+    assert "[Install]" not in text, "started by its timer, not enabled itself"
+    drop_in = unit_section(backup_drop_in(), "Service")
+    assert drop_in == {"ReadWritePaths": [f"-{root}"]}, "the coordinator may write the backup root, nothing more"
+
+
+def test_the_backup_timer_is_persistent_randomised_and_starts_the_backup() -> None:
+    text = (UNITS_DIR / "fleet-backup.timer").read_text()
+    t = {k: v[-1] for k, v in unit_section(text, "Timer").items()}
+    assert t["OnCalendar"] in ("daily", "hourly") and t["Persistent"] == "true"
+    assert re.fullmatch(r"\d+(s|min|h)", t["RandomizedDelaySec"]), t
+    assert t.get("Unit", "fleet-backup.service") == "fleet-backup.service"
+    assert unit_section(text, "Install")["WantedBy"] == ["timers.target"]
+
+
 # ---- sd_notify from real processes -------------------------------------------------------------
 
 @dataclass(frozen=True)

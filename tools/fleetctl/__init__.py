@@ -7,7 +7,7 @@
     fleetctl ... pause RUN | recover RUN [--max-cost DOLLARS] | repair RUN REASON | retry RUN CELL
              | retry RUN --where state=incomplete,reason=R,task=T,subject=S,worker=W [--dry-run]
              | drain WORKER | release WORKER
-    fleetctl ... artifact get DIGEST [-o FILE] | backup DEST
+    fleetctl ... artifact get DIGEST [-o FILE] | backup DEST | backup --into ROOT --keep N
     fleetctl ... report RUN --html FILE [--attempts FILE]   (one self-contained HTML page)
     fleetctl local SPEC.json --workers N [--slots S] [--html FILE] [--order-from RUN]   (a whole fleet here)
 

@@ -87,7 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, required=True, help="the page to write")
     p.add_argument("--attempts", type=Path, help="optional JSON list of further attempts (retried, late) to draw")
     p = sub.add_parser("backup", help="a consistent copy of the coordinator's data dir, taken while it serves")
-    p.add_argument("dest", help="a new directory on the coordinator's host (restore: fleet-coordinator --data-dir DEST)")
+    p.add_argument("dest", nargs="?",
+                   help="a new directory on the coordinator's host (restore: fleet-coordinator --data-dir DEST)")
+    p.add_argument("--into", metavar="ROOT",
+                   help="instead of DEST: write ROOT/<UTC time> (ROOT: an existing directory on the coordinator's "
+                        "host, where fleetctl runs), then prune ROOT's oldest backups beyond --keep")
+    p.add_argument("--keep", type=backup.keep_count, metavar="N",
+                   help="with --into: how many backups stay under ROOT, the new one included (at least 1)")
     p = sub.add_parser("artifact", help="artifacts by digest")
     p.add_argument("verb", choices=["get"])
     p.add_argument("digest")
@@ -98,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.cmd == "local":
         return local.run(args)
+    if args.cmd == "backup":
+        backup.check_args(args)  # a command line it cannot act on exits 2 before any connection
     if args.token_file is None:
         raise CtlError("--token-file is required (the coordinator's admin.token)")
     try:

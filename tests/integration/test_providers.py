@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(150)
 
 PROVBENCH = REPO / "tests" / "fixtures" / "provbench"
 WORKERS, SLOTS, CAP = 4, 2, 8
-TASKS = 30  # x 3 subjects: 90 cells, 7.5 s of provider time at 6 at once
+TASKS = 20  # x 3 subjects: 60 cells, 5 s of provider time at 6 at once
 LIMIT, HOLD_S, RETRY_AFTER_S = 6, 0.5, 1.0
 SETTLE_TIMEOUT_S = 100
 

@@ -46,20 +46,6 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def start_coordinator(cluster: Cluster) -> None:
-    """`Cluster.start_coordinator`, and then the address again while listen.addr is still empty:
-    the coordinator writes that file in place, so the harness can read it between its creation
-    and its write (seen here under load: an empty address, then `dns:///` from gRPC)."""
-    cluster.start_coordinator()
-    addr_file = cluster.data_dir / "listen.addr"
-    deadline = time.monotonic() + 10
-    while not cluster.address:
-        if time.monotonic() > deadline:
-            raise AssertionError("listen.addr stayed empty for 10 s\n" + cluster.tails())
-        time.sleep(0.05)
-        cluster.address = addr_file.read_text().strip()
-
-
 def once(root: Path, mode: str, tasks: int, limit: int, hold_s: float) -> dict[str, Any]:
     provider = FakeProvider(limit=limit, hold_s=hold_s, retry_after_s=RETRY_AFTER_S).start()
     cluster = Cluster(root, extra_env={url_env("fake"): provider.url})
@@ -69,7 +55,7 @@ def once(root: Path, mode: str, tasks: int, limit: int, hold_s: float) -> dict[s
         policy = dict(FAST_POLICY)
         if mode == "declared":
             policy["providers"] = {"fake": {"maxConcurrentCells": limit}}
-        start_coordinator(cluster)
+        cluster.start_coordinator()
         for i in range(WORKERS):
             cluster.start_worker(f"w{i}", slots=SLOTS, bench_root=PROVBENCH)
         deadline = time.monotonic() + 30  # every worker registered before the clock starts

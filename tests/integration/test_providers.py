@@ -33,20 +33,6 @@ LIMIT, HOLD_S, RETRY_AFTER_S = 6, 0.5, 1.0
 SETTLE_TIMEOUT_S = 100
 
 
-def start_coordinator(cluster: Cluster) -> None:
-    """`Cluster.start_coordinator`, and then the address again while listen.addr is still empty:
-    the coordinator writes that file in place, so the harness can read it between its creation
-    and its write (seen here under load: an empty address, then `dns:///` from gRPC)."""
-    cluster.start_coordinator()
-    addr_file = cluster.data_dir / "listen.addr"
-    deadline = time.monotonic() + 10
-    while not cluster.address:
-        if time.monotonic() > deadline:
-            raise AssertionError("listen.addr stayed empty for 10 s\n" + cluster.tails())
-        time.sleep(0.05)
-        cluster.address = addr_file.read_text().strip()
-
-
 def provider_cluster(tmp_path: Path, providers: list[FakeProvider]) -> Cluster:
     """A cluster whose processes have every provider's URL in their environment (the subjects
     declare it as a credential, so the workers pass it on)."""
@@ -57,7 +43,7 @@ def run_workload(cluster: Cluster, spec: dict, policy: dict) -> tuple[dict, floa
     """Start the coordinator and the workers, submit, wait for the run to settle; its results
     (as `fleetctl results --json` prints them: the same tools/fleetctl views), the wall time,
     and the coordinator's providers (`fleetctl status --json`) sampled while it ran."""
-    start_coordinator(cluster)
+    cluster.start_coordinator()
     for i in range(WORKERS):
         cluster.start_worker(f"w{i}", slots=SLOTS, bench_root=PROVBENCH)
     t0 = time.monotonic()

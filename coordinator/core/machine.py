@@ -459,6 +459,7 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if selectable and cell.selected is None:
         cell.selected = attempt.attempt_id
         run.selected_cells += 1
+        run.subject_selected_ms[cell.subject_id] = cmd.now_ms
         counts = state.soft.cell_counts.get(run.run_id)
         if counts is not None and run.groups[cell.group_index].status == GroupStatus.ASSIGNED:
             counts.running -= 1
@@ -636,7 +637,10 @@ def _streak(state: State, worker: WorkerState, tid, cell: CellState, report, sel
     if report.throttled or report.environment_failure:
         return
     if worker.quarantined_until_ms:
-        cell.forgiven += 1  # a group it held when quarantined: known broken, given back at once
+        # A group it held when quarantined: known broken, given back at once where the subject
+        # has succeeded elsewhere (a subject that fails everywhere is the run's problem).
+        if state.runs[state.attempts[tid].run_id].subject_selected_ms.get(cell.subject_id, -1) >= 0:
+            cell.forgiven += 1
         return
     if not worker.streak:
         worker.streak_started_ms = now
@@ -659,14 +663,25 @@ def _quarantine_watch(state: State) -> dict:
     return watch
 
 
+def _own_failures(state: State, worker: WorkerState, since: int) -> list:
+    """The streak's failures that are the worker's own: of a subject that has had a cell selected
+    since `since` (by another worker: this one selected nothing since its streak began). A
+    subject that fails on every worker (a broken subject, a provider down) is the run's problem."""
+    own = []
+    for tid in worker.streak:
+        attempt = state.attempts[tid]
+        run = state.runs[attempt.run_id]
+        if run.subject_selected_ms.get(run.cells[attempt.cell_id].subject_id, -1) >= since:
+            own.append(tid)
+    return own
+
+
 def _quarantine_due(state: State, worker: WorkerState, bound: int) -> bool:
     if worker.quarantined_until_ms or not _streaking(worker, bound):
         return False
-    if worker.probation:
-        return True  # shown broken before, and failed its probe
-    since = worker.streak_started_ms
-    return any(o.last_selected_ms >= since and o is not worker
-               for o in state.workers.values())
+    if worker.probation:  # shown broken before: one failure of its own quarantines it again
+        return bool(_own_failures(state, worker, 0))
+    return len(_own_failures(state, worker, worker.streak_started_ms)) >= bound
 
 
 def _quarantine_ticks(state: State, now: int, fx: list, durable: list) -> None:
@@ -698,14 +713,19 @@ def _worker_quarantined(state: State, cmd: c.WorkerQuarantined, fx: Fx) -> Outco
         return DUPLICATE
     timing = _timing(state)
     backoff = min(limits.QUARANTINE_BACKOFF_MAX_MS, timing.quarantine_backoff_ms << min(worker.quarantines, 20))
-    last = state.attempts[worker.streak[-1]].report
-    failures = len(worker.streak)
-    worker.quarantine_reason = (f"{failures} infrastructure failures in a row while other workers' attempts "
-                                f"succeeded; the last: {last.detail if last is not None else 'unknown'}")[:limits.ID_CHARS_MAX]
+    own = _own_failures(state, worker, 0 if worker.probation else worker.streak_started_ms)
+    if not own:
+        return DUPLICATE
+    last = state.attempts[own[-1]].report
+    failures = len(own)
+    worker.quarantine_reason = (f"{failures} infrastructure failures in a row of subjects that succeed on other "
+                                f"workers; the last: {last.detail if last is not None else 'unknown'}")[:limits.ID_CHARS_MAX]
     worker.quarantined_until_ms = cmd.now_ms + max(backoff, 1)
     worker.quarantines += 1
     worker.probation = False
-    given = _forgive(state, worker.streak, cmd.now_ms)
+    # Given back: the streak's failures of every subject that has succeeded anywhere (a subject
+    # that never has, a broken one, keeps its attempts counted: they are the run's).
+    given = _forgive(state, _own_failures(state, worker, 0), cmd.now_ms)
     worker.streak = []
     state.version += 1
     _refresh_free(state, worker)

@@ -220,6 +220,9 @@ class RunState:
     observed_cost_usd: float = 0.0  # the known cost of every report, late and throttled ones too
     cost_cap_usd: float = 0.0  # policy maxObservedCostUsd, or the cap a recover set; 0: none
     pause_reason: str = ""  # why the run is paused: empty for an operator's pause
+    # When each subject last had a cell selected (derived from the selections): a worker's
+    # failure is its own only where the same subject succeeds elsewhere (machine.py quarantine).
+    subject_selected_ms: dict[SubjectId, int] = field(default_factory=dict)
 
     def ready_key(self, index: int) -> int:
         return self.rank[index] if self.order else index

@@ -138,3 +138,25 @@ def test_quarantine_off_with_a_zero_bound():
         k.report_all(a.assignment_id, FAILED)
     k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
     assert not k.worker("bad").quarantined_until_ms
+
+
+def test_a_subject_that_fails_on_every_worker_quarantines_nobody_and_its_cells_run_out():
+    """The other subjects succeed on every worker, but one subject fails everywhere (its tool is
+    broken, its provider down): that is the run's problem, not a worker's. Without this rule
+    every worker was quarantined in turn, the failing cells got their attempts back for ever, and
+    the run never settled (found by tests/integration/test_report_chromium.py)."""
+    k = Core(make_spec(tasks=6, subjects=2), make_policy(quarantine_after_failures=2, max_attempts_per_cell=2,
+                                                        quarantine_backoff_ms=BACKOFF_MS))
+    for wid in ("a", "b"):
+        k.register(wid)
+    for _ in range(200):
+        if k.run.settled:
+            break
+        for a in [x for x in k.state.assignments.values() if x.authoritative]:
+            for tid in k.attempts_of(a.assignment_id):
+                k.report(tid, OK if k.attempt(tid).cell_id.endswith("/s0") else FAILED)
+        k.clock(k.now + HEARTBEAT_MS, alive=("a", "b"))
+    assert k.run.settled and k.run.selected_cells == 6
+    assert not any(w.quarantined_until_ms or w.quarantines for w in k.state.workers.values())
+    assert all(cell.forgiven == 0 for cell in k.run.cells.values())
+    k.assert_replays()

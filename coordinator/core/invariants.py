@@ -167,11 +167,10 @@ def running_by_provider(state: State) -> dict[str, int]:
         run = state.runs[a.run_id]
         if not run.subject_providers:
             continue
-        group = run.groups[a.group_index]
         for tid in a.attempts:
             t = state.attempts[tid]
             if t.report is None:
-                name = run.subject_providers[group.cells.index(t.cell_id)]
+                name = run.provider_by_subject[run.cells[t.cell_id].subject_id]
                 running[name] = running.get(name, 0) + 1
     return running
 

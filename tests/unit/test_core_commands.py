@@ -147,14 +147,14 @@ def _case_coordinator_stalled():
     return k, c.CoordinatorStalled(10, 20_000), OutcomeKind.ACCEPTED
 
 
-def _quarantined_worker(release: bool = False):
+def _quarantined_worker():
     from tests.unit.test_core_quarantine import black_hole_beside_a_healthy_worker
     k = black_hole_beside_a_healthy_worker()
     return k
 
 
 def _case_worker_quarantined():
-    from tests.unit.test_core_quarantine import black_hole_beside_a_healthy_worker, fail_until_streak
+    from tests.unit.test_core_quarantine import black_hole_beside_a_healthy_worker
     k = black_hole_beside_a_healthy_worker(tick=False)
     return k, c.WorkerQuarantined(k.now, WorkerId("bad")), OutcomeKind.ACCEPTED
 

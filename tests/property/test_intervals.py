@@ -1,4 +1,4 @@
-"""The intervals of tools/fleetctl/stats.py keep their promises: they never leave the declared
+"""The intervals of common/report/stats.py keep their promises: they never leave the declared
 range (Hypothesis over arbitrary clustered samples), and on simulated clustered data with a
 known mean each method covers that mean within Monte Carlo error of 95% where it claims to
 (30 tasks x 3 repetitions, seeded `random`, a few seconds in all)."""
@@ -10,7 +10,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.fleetctl.stats import (
+from common.report.stats import (
     PASS_RATE_RANGE,
     Estimate,
     cluster_bootstrap,

@@ -25,7 +25,7 @@ from tools.fleetctl.report_page import (
     render_html,
     timeline_from_results,
 )
-from tools.fleetctl.stats import subject_stats
+from common.report.stats import subject_stats
 
 T0 = 1_700_000_000_000
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tools.fleetctl.client import Admin, CtlError
 from tools.fleetctl.commands import actions, artifact, backup, local, report, results, status, submit, watch
-from tools.fleetctl.stats import CI_METHODS
+from common.report.stats import CI_METHODS
 from tools.fleetctl.views import WORKERS_LISTED_MAX
 
 COMMANDS = {"submit": submit, "status": status, "results": results, "watch": watch, "report": report,

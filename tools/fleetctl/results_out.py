@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from tools.fleetctl.stats import CI_METHODS, StreamingStats
+from common.report.stats import CI_METHODS, StreamingStats
 from tools.fleetctl.views import print_stats, results_json
 
 INCOMPLETE_LISTED_MAX = 200

@@ -15,44 +15,28 @@ import math
 from typing import Any
 
 from common.fleetpb import admin_pb2
+from common.report.shapes import INCOMPLETE_REASONS, WHERE_KEYS, WhereError, cell_matches, parse_where  # noqa: F401
 from tools.fleetctl.client import Admin, CtlError, UsageError
-from tools.fleetctl.names import OUTCOME_NAMES, REJECTION_NAMES
+from common.report.names import OUTCOME_NAMES, REJECTION_NAMES
 from tools.fleetctl.pages import results_pages
 from tools.fleetctl.views import results_json
 
 NAMES = ("pause", "recover", "repair", "retry", "drain", "release")
 
-# The keys of `retry --where`, and what each matches in a results cell (`results --json`):
-# state (only "incomplete": the cells a retry can grant), reason (the incomplete reason), task,
-# subject, and worker (the worker of the cell's last attempt).
-WHERE_KEYS = {"state": "state", "reason": "incomplete_reason", "task": "task", "subject": "subject",
-              "worker": "worker_id"}
-# coordinator/core/summary.py IncompleteCell.reason: a typo matches nothing, so it is refused.
-INCOMPLETE_REASONS = ("exhausted", "provider_throttled", "blocked", "paused", "running", "retry_pending",
-                      "not_yet_run")
-
-
 def where_filter(text: str) -> dict[str, str]:
-    """`--where state=incomplete,reason=exhausted,...` as {key: value}; argparse turns the
+    """`--where state=incomplete,reason=exhausted,...` as {key: value} (the keys and their checks:
+    common/report/shapes.py, shared with the console's bulk retry); argparse turns the
     ArgumentTypeError into a usage error (exit 2)."""
-    out: dict[str, str] = {}
+    pairs = []
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value:
+        if not sep or not key.strip() or not value.strip():
             raise argparse.ArgumentTypeError(f"{part.strip()!r} is not KEY=VALUE (keys: {', '.join(WHERE_KEYS)})")
-        if key not in WHERE_KEYS:
-            raise argparse.ArgumentTypeError(f"unknown filter key {key!r} (keys: {', '.join(WHERE_KEYS)})")
-        if key in out:
-            raise argparse.ArgumentTypeError(f"filter key {key!r} is given twice")
-        if key == "state" and value != "incomplete":
-            raise argparse.ArgumentTypeError(f"state={value}: only incomplete cells can be retried "
-                                             "(state=incomplete)")
-        if key == "reason" and value not in INCOMPLETE_REASONS:
-            raise argparse.ArgumentTypeError(f"unknown incomplete reason {value!r} "
-                                             f"(reasons: {', '.join(INCOMPLETE_REASONS)})")
-        out[key] = value
-    return out
+        pairs.append((key, value))
+    try:
+        return parse_where(pairs)
+    except WhereError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def refusal(resp: Any, name: str, request: Any) -> str | None:
@@ -82,11 +66,10 @@ def action(admin: Admin, name: str, request: Any) -> int:
 def matching_cells(admin: Admin, run_id: str, where: dict[str, str]) -> list[tuple[str, tuple]]:
     """(id, group) of the run's incomplete cells that match every key of `where`, in the run's
     order; the listing is read page by page and only those kept."""
-    fields = {WHERE_KEYS[k]: v for k, v in where.items() if k != "state"}
     out = []
     for page in results_pages(admin, run_id):
         for cell in results_json(page)["cells"]:
-            if cell["state"] == "incomplete" and all(cell[f] == v for f, v in fields.items()):
+            if cell_matches(cell, where):
                 out.append((cell["cell_id"], (cell["task"], cell["repetition"])))
     return out
 

@@ -1,5 +1,5 @@
 """`fleetctl results RUN [--json | --csv | --jsonl] [--ci t|bootstrap]`: selected and incomplete
-cells of a run, with statistics (intervals: tools/fleetctl/stats.py), read page by page and
+cells of a run, with statistics (intervals: common/report/stats.py), read page by page and
 written as they come (tools/fleetctl/results_out.py): memory is a page, not the run. The table,
 the JSON and the last JSON line also say which order the run's groups were dispatched in."""
 from __future__ import annotations

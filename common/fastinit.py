@@ -3,7 +3,7 @@
 A frozen dataclass's generated `__init__` sets each field with `object.__setattr__(self,
 name, value)`, which looks the name up on the type every time: 2.3 us for a `Report` of 16
 fields, and a report passes through half a dozen such records between its frame and its
-log record (tools/bench_report_path.py). `fast_init` gives the class an `__init__` of the
+log record (tools/bench/report_path.py). `fast_init` gives the class an `__init__` of the
 same signature that calls each slot's own descriptor (`Cls.__dict__[name].__set__`),
 about half the time. The class stays frozen (its `__setattr__` still refuses), equal and
 hashed as before; the field list and defaults are read from the dataclass, so a field added

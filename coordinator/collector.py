@@ -12,7 +12,7 @@ young have been collected `YOUNG_COLLECTIONS_PER_PASS` times or `freeze_every_s`
 and freezes the survivors (`gc.freeze`). Each object that lives is walked twice: by one
 collection of the young and by one pass. (A middle generation collected on its own, as
 CPython does, walked each a third time: 10% of the event loop's samples under a stream of
-reports, tools/bench_coordinator --only reports.) A pass is cheap because
+reports, tools/bench/coordinator --only reports.) A pass is cheap because
 it walks only what survived since the last one, and no later collection walks the frozen.
 Garbage cycles still die young as before; what is given up is a cycle that becomes garbage
 after it was frozen, which stays until a full pass over everything (`gc.unfreeze`, collect,

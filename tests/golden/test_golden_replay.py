@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.core import durable_fingerprint, new_state, step
 from coordinator.logcodec import decode_record
-from tools.golden import summary_dict
+from tools.sim.golden import summary_dict
 
 HERE = Path(__file__).parent
 CASES = sorted(p.name.removesuffix(".log") for p in HERE.glob("sim_seed_*.log"))

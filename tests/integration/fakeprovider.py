@@ -1,4 +1,4 @@
-"""A fake model provider on 127.0.0.1 for the provider tests and tools/bench_providers.py.
+"""A fake model provider on 127.0.0.1 for the provider tests and tools/bench/providers.py.
 
 A real HTTP server (stdlib ThreadingHTTPServer on a thread of this process, or on its own as
 `python -m tests.integration.fakeprovider`). It admits at most `limit` requests at once: an

@@ -17,9 +17,9 @@ import pytest
 
 from common.evidence import Cleanup, Execution, Status, Usage, Verification, evidence_problem
 from tests.integration.harness import FAST_POLICY, Cluster
-from tools import harbor_env
+from worker.executor.harbor import install as harbor_env
 from worker.executor.base import AttemptDirs, CellJob, executor_for
-from worker.executor.harbor import (
+from worker.executor.harbor.executor import (
     DEFAULT_ENV_DIR,
     FLEET_ROOT,
     HARBOR_VERSION,
@@ -335,7 +335,7 @@ def test_the_environment_is_idempotent(harbor_python):
 
 
 def test_dockerfile_plan():
-    from tools.harbor_nsenv.plan import Unsupported, parse_dockerfile
+    from worker.executor.harbor.syspath.harbor_nsenv.plan import Unsupported, parse_dockerfile
 
     build = parse_dockerfile("FROM ubuntu:24.04\n# c\nWORKDIR /app\nENV A=1 B=\"two words\"\nENV C three four\n"
                              "COPY --chown=1 a.txt b/ /app/\nRUN apt-get update && \\\n    echo hi\n"
@@ -351,7 +351,7 @@ def test_dockerfile_plan():
 
 
 def test_top_level_plan():
-    from tools.harbor_nsenv.plan import top_level_plan
+    from worker.executor.harbor.syspath.harbor_nsenv.plan import top_level_plan
 
     entries = [("usr", "dir", ""), ("bin", "symlink", "usr/bin"), ("work", "dir", ""), ("tmp", "dir", ""),
                ("proc", "dir", ""), ("etc", "dir", ""), ("info.json", "file", "")]

@@ -10,7 +10,7 @@ requests at once, holds each 0.5 s and answers the rest 429 with Retry-After 1 s
   (reason "provider_throttled") after maxThrottledAttemptsPerCell attempts, never scored, and the
   other subjects' cells are all selected.
 
-tools/bench_providers.py runs the same workload for its wall time against the ideal.
+tools/bench/providers.py runs the same workload for its wall time against the ideal.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from tools import simulate
+from tools.sim import cli, simulation
 
 # 24 seeds with both faults took about 12 s on two cores; FLEET_SIM_FAULT_SEEDS changes them and
 # FLEET_SIM_FAULT_SOAK_SEEDS widens the soak set (e.g. "0-1999").
@@ -23,8 +23,8 @@ def _run(seeds: range) -> tuple[int, str, dict]:
     totals = dict.fromkeys(TOTALS, 0) | {"seeds": 0}
     for seed in seeds:
         try:
-            report = simulate.run_seed(seed, True, faults=BOTH)
-        except simulate.SimFailure as e:
+            report = simulation.run_seed(seed, True, faults=BOTH)
+        except simulation.SimFailure as e:
             return seed, str(e), totals
         totals["seeds"] += 1
         for k in TOTALS:
@@ -33,11 +33,11 @@ def _run(seeds: range) -> tuple[int, str, dict]:
 
 
 def _many(text: str) -> dict:
-    seeds = simulate.parse_range(text)
+    seeds = cli.parse_range(text)
     with ProcessPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_run, [seeds[0::2], seeds[1::2]]))
     for seed, failure, _ in results:
-        assert seed < 0, f"{failure}\nreplay: python -m tools.simulate --seed {seed} --check --faults stall,blackhole"
+        assert seed < 0, f"{failure}\nreplay: python -m tools.sim --seed {seed} --check --faults stall,blackhole"
     total = {k: sum(part[k] for _, _, part in results) for k in (*TOTALS, "seeds")}
     assert total["seeds"] == len(seeds)
     return total
@@ -66,9 +66,9 @@ def test_a_stall_without_the_stall_command_expires_live_workers() -> None:
     turn the late tick into a CoordinatorStalled) expires workers that were alive and connected
     throughout, whose cells then run twice."""
     for seed in range(4):
-        with pytest.raises(simulate.SimFailure, match="alive and connected throughout a stall"):
-            simulate.run_seed(seed, True, faults=("stall",), stall_command=False)
-        report = simulate.run_seed(seed, True, faults=("stall",))  # and with it: none
+        with pytest.raises(simulation.SimFailure, match="alive and connected throughout a stall"):
+            simulation.run_seed(seed, True, faults=("stall",), stall_command=False)
+        report = simulation.run_seed(seed, True, faults=("stall",))  # and with it: none
         assert report["extra_faults"]["stalls"] >= 1 and not report["extra_faults"]["stall_problems"]
 
 
@@ -78,11 +78,11 @@ def test_a_black_hole_without_quarantine_exhausts_cells() -> None:
     failed = []
     for seed in range(5):
         try:
-            simulate.run_seed(seed, True, faults=("blackhole",), policy_overrides={"quarantine_after_failures": 0})
-        except simulate.SimFailure as e:
+            simulation.run_seed(seed, True, faults=("blackhole",), policy_overrides={"quarantine_after_failures": 0})
+        except simulation.SimFailure as e:
             assert "black-hole worker" in e.what, e
             failed.append(seed)
-        report = simulate.run_seed(seed, True, faults=("blackhole",))  # with quarantine: none
+        report = simulation.run_seed(seed, True, faults=("blackhole",))  # with quarantine: none
         assert not report["extra_faults"]["blackhole_problems"]
     assert len(failed) >= 3, f"only seeds {failed} of 0-4 failed without quarantine"
 
@@ -90,8 +90,8 @@ def test_a_black_hole_without_quarantine_exhausts_cells() -> None:
 def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     """A seed without extra faults prints what it printed before they existed (tests/golden holds
     the bytes); with them, the report says which were drawn."""
-    plain = simulate.run_seed(9, False)
+    plain = simulation.run_seed(9, False)
     assert "extra_faults" not in plain
-    with_faults = simulate.run_seed(9, False, faults=BOTH)
+    with_faults = simulation.run_seed(9, False, faults=BOTH)
     assert with_faults["faults"] == plain["faults"]
     assert with_faults["extra_faults"]["names"] == list(BOTH)

@@ -12,7 +12,7 @@ import pytest
 from common.evidence import Cleanup, Execution, Verification
 from coordinator.core import machine, providers
 from coordinator.core.state import RunState
-from tools import simulate
+from tools.sim import cli, simulation
 
 # 20 faulty seeds and 30 compared ones took 30 s on the 2-core VM of tests/sim/test_simulation.py;
 # FLEET_SIM_PROVIDER_SEEDS and FLEET_SIM_PROVIDER_CHECK_SEEDS widen them (e.g. "0-299").
@@ -24,8 +24,8 @@ def _run(seeds: range) -> tuple[int, str, dict]:
     totals = {"refused": 0, "outages": 0, "provider_throttled": 0, "seeds": 0}
     for seed in seeds:
         try:
-            report = simulate.run_seed(seed, True, providers=True)
-        except simulate.SimFailure as e:
+            report = simulation.run_seed(seed, True, providers=True)
+        except simulation.SimFailure as e:
             return seed, str(e), totals
         totals["seeds"] += 1
         totals["refused"] += sum(p.get("sim_refused", 0) for p in report["providers"].values())
@@ -38,8 +38,8 @@ def _check(seeds: range) -> tuple[int, str, dict]:
     totals = {"throttled": 0, "selected": 0, "provider_throttled": 0, "exhausted": 0}
     for seed in seeds:
         try:
-            out = simulate.run_provider_check(seed)
-        except simulate.SimFailure as e:
+            out = simulation.run_provider_check(seed)
+        except simulation.SimFailure as e:
             return seed, str(e), totals
         totals["throttled"] += out["throttled"]
         for k in ("selected", "provider_throttled", "exhausted"):
@@ -58,14 +58,14 @@ def _sum(results: list[tuple[int, str, dict]]) -> dict:
 @pytest.mark.soak
 def test_the_providers_scenario_holds_every_invariant_under_faults() -> None:
     """Faults of every kind, providers that throttle past their capacity (and some in an outage):
-    the core's invariants and the providers' (tools.sim_invariants.provider_step_problems) hold
+    the core's invariants and the providers' (tools.sim.invariants.provider_step_problems) hold
     after every durable command, and the run settles, a cell incomplete only as exhausted or
     provider_throttled."""
-    seeds = simulate.parse_range(SEEDS)
+    seeds = cli.parse_range(SEEDS)
     with ProcessPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_run, [seeds[0::2], seeds[1::2]]))
     for seed, failure, _ in results:
-        assert seed < 0, f"{failure}\nreplay: python -m tools.simulate --seed {seed} --check --providers"
+        assert seed < 0, f"{failure}\nreplay: python -m tools.sim --seed {seed} --check --providers"
     total = _sum(results)
     assert total["seeds"] == len(seeds)
     assert total["refused"] > 0, "no simulated provider ever throttled"
@@ -78,11 +78,11 @@ def test_a_limited_run_selects_exactly_what_an_unlimited_one_selects() -> None:
     selected with providers is selected without, on the same counted attempt with the same
     status and score; an exhausted one is exhausted after the same counted attempts; one that
     ran out of throttled attempts had not reached its unlimited selection (run_provider_check)."""
-    seeds = simulate.parse_range(CHECK_SEEDS)
+    seeds = cli.parse_range(CHECK_SEEDS)
     with ProcessPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_check, [seeds[0::2], seeds[1::2]]))
     for seed, failure, _ in results:
-        assert seed < 0, f"{failure}\nreplay: python -m tools.simulate --seed {seed} --provider-check"
+        assert seed < 0, f"{failure}\nreplay: python -m tools.sim --seed {seed} --provider-check"
     total = _sum(results)
     assert total["throttled"] > 0, "nothing was throttled: the comparison compared nothing"
     assert total["selected"] > 0.9 * 120 * len(seeds)
@@ -90,19 +90,19 @@ def test_a_limited_run_selects_exactly_what_an_unlimited_one_selects() -> None:
 
 
 def test_the_providers_scenario_is_deterministic_and_off_by_default() -> None:
-    a = simulate.run_seed(5, True, providers=True)
-    b = simulate.run_seed(5, True, providers=True)
+    a = simulation.run_seed(5, True, providers=True)
+    b = simulation.run_seed(5, True, providers=True)
     assert a == b
     assert set(a["providers"]) == {"alpha", "beta", "default"}
-    sim = simulate.Simulation(5, check=False)
+    sim = simulation.Simulation(5, check=False)
     assert not sim.providers and all(not s.provider for s in sim.spec.subjects) and not sim.policy.providers
-    assert "providers" not in simulate.run_seed(5, False)
+    assert "providers" not in simulation.run_seed(5, False)
 
 
 def test_the_cli_reaches_the_providers_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    assert simulate.main(["--seeds", "3-3", "--check", "--providers"]) == 0
+    assert cli.main(["--seeds", "3-3", "--check", "--providers"]) == 0
     assert '"providers": true' in capsys.readouterr().out
-    assert simulate.main(["--seed", "3", "--provider-check"]) == 0
+    assert cli.main(["--seed", "3", "--provider-check"]) == 0
     assert '"provider_check": "3-3"' in capsys.readouterr().out
 
 
@@ -134,10 +134,10 @@ def test_a_broken_core_is_caught(monkeypatch: pytest.MonkeyPatch, breakage: str)
     for seed in range(3):
         try:
             if breakage == "counts_throttled_as_attempts":
-                simulate.run_provider_check(seed)
+                simulation.run_provider_check(seed)
             else:
-                simulate.run_seed(seed, True, providers=True)
-        except simulate.SimFailure as e:
+                simulation.run_seed(seed, True, providers=True)
+        except simulation.SimFailure as e:
             caught = str(e)
             break
     assert caught, f"breaking the core ({breakage}) went unnoticed by 3 seeds"

@@ -9,14 +9,14 @@ import pytest
 from coordinator.core import machine
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit
-from tools import sim_scale, simulate
+from tools.sim import cli, scale, simulation
 
 # 500 workers as the fleet, 10,000 cells: about 6 CPU seconds here (20,000 cells: 12).
 SMALL = dict(workers=500, cells=10_000, restarts=2, checkpoint_every=20_000, snapshot_every=8_000)
 
 
 def test_a_scaled_run_holds_every_invariant_through_crashes_partitions_and_restarts() -> None:
-    report = sim_scale.run_scale(7, **SMALL)
+    report = scale.run_scale(7, **SMALL)
     acc, inv, faults = report["accounting"], report["invariants"], report["faults"]
     assert acc["state"] in ("complete", "incomplete")
     assert acc["lost"] == 0 and acc["duplicated"] == 0
@@ -35,7 +35,7 @@ def test_a_scaled_run_holds_every_invariant_through_crashes_partitions_and_resta
 
 
 def test_the_cli_prints_one_json_report(capsys: pytest.CaptureFixture[str]) -> None:
-    assert simulate.main(["--scale", "--seed", "3", "--workers", "40", "--cells", "800", "--restarts", "1"]) == 0
+    assert cli.main(["--scale", "--seed", "3", "--workers", "40", "--cells", "800", "--restarts", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["scenario"]["workers"] == 40 and report["scenario"]["cells"] == 800
     assert {"commands", "wall_seconds", "cost_per_command_us", "peak_rss_mb", "faults", "invariants",
@@ -46,7 +46,7 @@ def _corrupt_after_selection(monkeypatch: pytest.MonkeyPatch, corrupt) -> None: 
     """Wrap the core's step as the scale simulation calls it: from the 50th command that
     selected a cell on, `corrupt(state, run, cell)` breaks the state the way a buggy core
     would, once (it returns whether it could)."""
-    original = sim_scale.step
+    original = scale.step
     seen, done = 0, False
 
     def step(state, command):  # noqa: ANN001
@@ -61,7 +61,7 @@ def _corrupt_after_selection(monkeypatch: pytest.MonkeyPatch, corrupt) -> None: 
                         done = corrupt(state, run, run.cells[e.subject])
         return state, t
 
-    monkeypatch.setattr(sim_scale, "step", step)
+    monkeypatch.setattr(scale, "step", step)
 
 
 def _selected_twice(state, run, cell) -> bool:  # noqa: ANN001
@@ -106,8 +106,8 @@ def _selection_replaced(state, run, cell) -> bool:  # noqa: ANN001
 def test_the_incremental_checker_catches_a_corrupted_selection(monkeypatch: pytest.MonkeyPatch, corrupt,
                                                                expected: str) -> None:  # noqa: ANN001
     _corrupt_after_selection(monkeypatch, corrupt)
-    with pytest.raises(simulate.SimFailure) as caught:
-        sim_scale.run_scale(5, workers=100, cells=2_000, restarts=1)
+    with pytest.raises(simulation.SimFailure) as caught:
+        scale.run_scale(5, workers=100, cells=2_000, restarts=1)
     assert expected in caught.value.what
     assert "CellReported" in caught.value.what, "caught at the very command, not at a later checkpoint"
 
@@ -118,8 +118,8 @@ def test_a_core_that_redispatches_selected_cells_is_caught(monkeypatch: pytest.M
         return [run.cells[cid] for cid in group.cells if len(run.cells[cid].attempts) < run.max_attempts(run.cells[cid])]
 
     monkeypatch.setattr(machine, "_pending_cells", pending)
-    with pytest.raises(simulate.SimFailure) as caught:
-        sim_scale.run_scale(5, workers=100, cells=2_000, restarts=1)
+    with pytest.raises(simulation.SimFailure) as caught:
+        scale.run_scale(5, workers=100, cells=2_000, restarts=1)
     # Seen at the first command that shows it: a group whose cells are all selected put back
     # in the queue, or (if it never waits) a selected cell pushed again.
     assert "waits with nothing to run" in caught.value.what or "dispatched again" in caught.value.what
@@ -128,7 +128,7 @@ def test_a_core_that_redispatches_selected_cells_is_caught(monkeypatch: pytest.M
 def test_a_checkpoint_catches_what_no_command_named() -> None:
     """A change the incremental checks cannot see (no command named it) is found by the
     whole-state checkpoint: here a worker's slot count changed behind the core's back."""
-    sim = sim_scale.ScaleSimulation(5, workers=50, cells=1_000, restarts=0)
+    sim = scale.ScaleSimulation(5, workers=50, cells=1_000, restarts=0)
     sim.run()
     worker = next(iter(sim.state.workers.values()))
     worker.slots += 1
@@ -154,5 +154,5 @@ def test_the_pick_through_the_index_is_the_pick_of_a_scan(monkeypatch: pytest.Mo
         return got
 
     monkeypatch.setattr(machine, "_pick_worker", pick)
-    sim_scale.run_scale(11, workers=120, cells=3_000, restarts=2, snapshot_every=2_000)
+    scale.run_scale(11, workers=120, cells=3_000, restarts=2, snapshot_every=2_000)
     assert picks > 750

@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from coordinator.core import machine
-from tools import simulate
+from tools.sim import cli, simulation
 
 # CI runs this many seeds in the normal test run (500 took 47 s of a suite near its 10-minute
 # budget; on a VM three times slower per core, 300 took 36 s of a 572 s suite); the README's
@@ -21,25 +21,25 @@ SEEDS = os.environ.get("FLEET_SIM_SEEDS", "0-199")
 def _run(seeds: range) -> tuple[int, str]:
     for seed in seeds:
         try:
-            simulate.run_seed(seed, True)
-        except simulate.SimFailure as e:
+            simulation.run_seed(seed, True)
+        except simulation.SimFailure as e:
             return seed, str(e)
     return -1, ""
 
 
 def test_many_seeds_hold_every_invariant() -> None:
-    seeds = simulate.parse_range(SEEDS)
+    seeds = cli.parse_range(SEEDS)
     # Two interleaved halves, one per core of this machine.
     halves = [seeds[0::2], seeds[1::2]]
     with ProcessPoolExecutor(max_workers=2) as pool:
         for seed, failure in pool.map(_run, halves):
-            assert seed < 0, f"{failure}\nreplay: python -m tools.simulate --seed {seed} --check"
+            assert seed < 0, f"{failure}\nreplay: python -m tools.sim --seed {seed} --check"
 
 
 def test_same_seed_prints_the_same_bytes(capsys: pytest.CaptureFixture[str]) -> None:
     outputs = []
     for _ in range(2):
-        assert simulate.main(["--seed", "42"]) == 0
+        assert cli.main(["--seed", "42"]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
     report = json.loads(outputs[0])
@@ -52,14 +52,14 @@ def test_same_seed_prints_the_same_bytes(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_different_seeds_draw_different_runs() -> None:
-    a = simulate.run_seed(1, False)
-    b = simulate.run_seed(2, False)
+    a = simulation.run_seed(1, False)
+    b = simulation.run_seed(2, False)
     assert a["faults"] != b["faults"]
     assert a["trace"] != b["trace"]
 
 
 def test_the_default_scenario_matches_the_reference() -> None:
-    sim = simulate.Simulation(0, check=False)
+    sim = simulation.Simulation(0, check=False)
     assert len(sim.workers) == 3
     assert sim.spec.group_count == 40
     assert sim.spec.cell_count == 120
@@ -90,8 +90,8 @@ def test_a_broken_core_is_caught(monkeypatch: pytest.MonkeyPatch, breakage: str)
     failures = 0
     for seed in range(90 if breakage == "ignores_attempt_limit" else 0, 200):
         try:
-            simulate.run_seed(seed, True)
-        except simulate.SimFailure:
+            simulation.run_seed(seed, True)
+        except simulation.SimFailure:
             failures += 1
             break
     assert failures > 0, f"breaking the core ({breakage}) went unnoticed by 200 seeds"
@@ -102,7 +102,7 @@ def test_status_counts_agree_with_the_summary_after_every_durable_command(monkey
     from coordinator.core.summary import run_counts, summarize
 
     checked = 0
-    original = simulate.Simulation.apply
+    original = simulation.Simulation.apply
 
     def apply(self, cmd):  # noqa: ANN001
         nonlocal checked
@@ -119,9 +119,9 @@ def test_status_counts_agree_with_the_summary_after_every_durable_command(monkey
             checked += 1
         return out
 
-    monkeypatch.setattr(simulate.Simulation, "apply", apply)
+    monkeypatch.setattr(simulation.Simulation, "apply", apply)
     for seed in range(6):
-        simulate.run_seed(seed, False)
+        simulation.run_seed(seed, False)
     assert checked > 1000
 
 
@@ -134,8 +134,8 @@ def _order_check(seeds: range) -> tuple[int, str, int]:
     reordered = 0
     for seed in seeds:
         try:
-            reordered += simulate.run_order_check(seed)["reordered"]
-        except simulate.SimFailure as e:
+            reordered += simulation.run_order_check(seed)["reordered"]
+        except simulation.SimFailure as e:
             return seed, str(e), reordered
     return -1, "", reordered
 
@@ -143,11 +143,11 @@ def _order_check(seeds: range) -> tuple[int, str, int]:
 def test_an_ordered_run_selects_exactly_what_the_unordered_run_selected() -> None:
     """Per seed: a run, then the same spec ordered from it on the same coordinator and fleet.
     Every cell's dispatches, selected attempt, status and score, and the accounting, agree."""
-    seeds = simulate.parse_range(ORDER_SEEDS)
+    seeds = cli.parse_range(ORDER_SEEDS)
     with ProcessPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_order_check, [seeds[0::2], seeds[1::2]]))
     for seed, failure, _ in results:
-        assert seed < 0, f"{failure}\nreplay: python -m tools.simulate --seed {seed} --order-check"
+        assert seed < 0, f"{failure}\nreplay: python -m tools.sim --seed {seed} --order-check"
     assert sum(r[2] for r in results) == len(seeds), "every second run dispatched in another order"
 
 
@@ -162,8 +162,8 @@ def test_the_order_check_catches_an_order_that_changes_a_selection(monkeypatch: 
     caught = 0
     for seed in range(12):
         try:
-            simulate.run_order_check(seed)
-        except simulate.SimFailure:
+            simulation.run_order_check(seed)
+        except simulation.SimFailure:
             caught += 1
     assert caught > 0
 
@@ -176,7 +176,7 @@ def test_the_simulation_tells_a_stream_end_from_silence() -> None:
     counts = {"WorkerLost": 0, "WorkerExpired": 0}
     came_back = 0
     for seed in range(40):
-        sim = simulate.Simulation(seed, check=True)
+        sim = simulation.Simulation(seed, check=True)
         sim.run()
         for cmd in sim.log:
             name = type(cmd).__name__

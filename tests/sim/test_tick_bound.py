@@ -9,13 +9,13 @@ import json
 import pytest
 
 from coordinator.core import machine
-from tools import simulate
+from tools.sim import simulation
 
 SEEDS = range(0, 12)
 
 
 def _reports() -> dict[int, str]:
-    return {seed: json.dumps(simulate.run_seed(seed, True), sort_keys=True, default=str) for seed in SEEDS}
+    return {seed: json.dumps(simulation.run_seed(seed, True), sort_keys=True, default=str) for seed in SEEDS}
 
 
 def test_skipped_walks_decide_what_a_walk_every_tick_decides(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification, evidence_problem, expected_status
-from worker.executor.harbor_classify import PROVIDER_FAILED, PROVIDER_THROTTLED, classify, reward_of, usage_of
+from worker.executor.harbor.classify import PROVIDER_FAILED, PROVIDER_THROTTLED, classify, reward_of, usage_of
 
 T0 = "2026-01-01T00:00:00Z"
 E, V, U, C = Execution, Verification, Usage, Cleanup

@@ -424,7 +424,7 @@ def test_a_simulated_runs_log_survives_the_codec_and_replays(seed):
     decisions) go through bytes and replay to the same durable state."""
     from coordinator.core import new_state, step
     from coordinator.core.state import durable_fingerprint
-    from tools.simulate import Simulation
+    from tools.sim.simulation import Simulation
 
     sim = Simulation(seed, check=False)
     sim.run()

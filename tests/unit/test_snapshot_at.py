@@ -1,4 +1,4 @@
-"""`tools.snapshot_at` adds a snapshot N records after a store's newest one that recovers to
+"""`tools.bench.snapshot_at` adds a snapshot N records after a store's newest one that recovers to
 exactly the fold of the whole log; method: a real store in a temp dir holding a short real log
 (a submit and some registrations) with a snapshot after its second record."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from coordinator.logcodec import encode_record
 from coordinator.snapshot import encode_state
 from coordinator.store import Store
 from tests.unit.core_helpers import ENV, make_policy, make_spec
-from tools import snapshot_at
+from tools.bench import snapshot_at
 
 
 def test_a_snapshot_added_n_records_on_recovers_to_the_full_fold(tmp_path: Path, capsys) -> None:

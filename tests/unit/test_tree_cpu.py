@@ -1,4 +1,4 @@
-"""The benches count a system's CPU over its process tree (`tools.bench_peers.tree_cpu`): a
+"""The benches count a system's CPU over its process tree (`tools.bench.harness.tree_cpu`): a
 child that ran inside a window and was reaped before its end counts (through the parent's
 cutime), as the coordinator's snapshot processes must; a living child counts too. CPU time,
 not wall time: the burner spins until its own process_time reaches its share."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tools.bench_peers import tree_cpu
+from tools.bench.harness import tree_cpu
 
 BURN_S = 0.4
 PARENT = f"""

@@ -145,7 +145,7 @@ class _CellThreads:
     starts one up to `threads_max` (past it, calls wait in the queue); each thread hands its
     result to the loop with one call_soon_threadsafe. asyncio's default executor costs more
     per hop (a semaphore in Python, a concurrent Future with its condition and callbacks,
-    then a second future on the loop): `python -m tools.bench_hops` measures both. Threads
+    then a second future on the loop): `python -m tools.bench.hops` measures both. Threads
     are daemons: one that a timed-out subject never leaves does not hold the worker's exit
     (asyncio.run would wait for the default executor's threads at its end)."""
 

@@ -1,0 +1,1308 @@
+"""Seeded simulation of a fleet run: the real core, virtual time, a faulty in-memory network.
+Run it with `python -m tools.sim` (tools/sim/cli.py says how).
+
+A seed fixes everything: the scenario, the fault rates, every drop and every outcome, so the
+same seed prints byte-identical output and a failure replays exactly. Workers here are models
+of the real worker's protocol (durable outbox, reconnect with hello, heartbeats listing what
+they own, group finished after their reports are acknowledged); the coordinator is the real
+`step` with a log of durable commands, restarted by replaying that log through the core.
+
+Two ways a worker goes away are told apart, as the real servicer tells them apart: a crashed
+process's kernel closes its socket at once (the coordinator sees the stream end, and the core's
+short grace starts), while a partition is silence, and the transport notices it only after its
+keepalive timeout (a stream end the core treats as silence, since nothing came through the
+stream for that long). A stream reset with the worker alive (a middlebox) is a third fault: it reconnects.
+
+Workers speak protocol 4 as fleet-worker does: one that holds a group heartbeats every interval,
+an idle one only when what it would say changed or the idle interval passed; meanwhile the
+coordinator's side says which sessions are still up (StreamsAlive every half suspicion window, as
+the servicer does), including a partitioned worker's until the keepalive ends its stream.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from common.limits import IDLE_HEARTBEAT_INTERVAL_MS, SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
+from common.evidence import (ArtifactRef, Cleanup, Execution, Report, Status, Usage, Verification, expected_status,
+                             is_selectable)
+from common.ids import RunId, WorkerId, run_id_for, sha256_digest
+from common.policy import Policy, ProviderLimit
+from common.spec import parse_spec
+from common.rejections import Rejection
+from coordinator.core import commands as c
+from coordinator.core import new_state, step, summarize
+from coordinator.core.effects import Emit, EndSession, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
+from coordinator.core.invariants import Monitor
+from coordinator.core.state import WorkerStatus, counted_attempts, durable_fingerprint
+from tools.sim.invariants import provider_step_problems
+
+TICK_MS = 250
+HEARTBEAT_MS = 1_000
+RESEND_MS = 3_000  # a worker resends an unacknowledged frame after this long
+RECONNECT_MS = 1_000
+LIVENESS_MS = 1_750  # the servicer's pass: half the policy's suspicion window below
+# A partition ends the stream only when the coordinator's keepalive notices: a ping left
+# unanswered for its timeout, sent up to its interval after the partition began.
+PARTITION_NOTICE_MS_MIN = SERVER_KEEPALIVE_TIMEOUT_MS
+PARTITION_NOTICE_MS_MAX = TRANSPORT_DEAD_AFTER_MS
+FAULT_WINDOW_MS = 150_000  # faults stop after this; the run must then settle
+SETTLE_LIMIT_MS = 3_600_000
+TRACE_ENTRIES_MAX = 5_000
+ENV_ID = "env-sim"
+# What the submitter measured of the benchmark and what workers measure (common/identity.py).
+MANIFEST = (("bench.file:solve.py", "digest-solve"), ("bench.taskdir:tasks", "digest-tasks"))
+WORKER_KEYS = ("tool:verify",)
+WORKER_ENVIRONMENT = (("platform.system", "Linux"), ("python.version", "3.11.7"))
+ENV_FAILURE = "image registry unreachable: pull of task image failed"
+
+
+# The providers scenario (--providers). Groups have one cell per subject and at most
+# max_concurrent_groups (4) run at once, so the fleet could put 4 cells on a provider that one
+# subject uses: the simulated providers admit fewer (1 to 3), so that limits matter.
+PROVIDER_CAPACITY_CHOICES = (1, 2, 2, 3)
+THROTTLE_ANSWER_MS_MIN, THROTTLE_ANSWER_MS_MAX = 20, 300  # a 429 comes back fast
+PROVIDER_RETRY_AFTER_MS_MAX = 5_000  # the Retry-After a simulated provider names, at most
+OUTAGE_START_MS_MAX = 60_000  # a provider that refuses everything, from up to this after submission
+OUTAGE_MS_MIN, OUTAGE_MS_MAX = 5_000, 30_000
+
+
+@dataclass
+class SimProvider:
+    """A simulated model provider: admits `capacity` cells at once (0: any number), answers one
+    more with a 429 (a throttled report), and refuses every cell during its outage (ms after the
+    run's submission; (0, 0): none). `inflight`: the attempts it admitted that still run."""
+
+    name: str
+    capacity: int
+    declared: int = 0  # what the policy declares (maxConcurrentCells); 0: nothing
+    outage: tuple[int, int] = (0, 0)
+    inflight: dict[str, None] = field(default_factory=dict)
+    admitted: int = 0
+    refused: int = 0
+    peak_inflight: int = 0
+
+
+def draw_providers(seed: int) -> tuple[dict[str, SimProvider], dict[str, str], int]:
+    """The providers scenario of a seed, from its own stream (the seed's main one is left as the
+    default scenario draws it): subject s0 on "alpha", declared in the policy at its capacity or
+    above it (declared too high: the core learns from throttling); s1 on "beta", named in the spec
+    with no declared limit (slow start from limits.PROVIDER_INITIAL_CELLS), and an outage on some
+    seeds; s2 on the unnamed "default" provider, which never throttles, or mapped to "alpha" by the
+    policy (two cells of a group on one provider). Returns the providers, each subject's provider,
+    and maxThrottledAttemptsPerCell (small on some seeds, so that cells end provider_throttled)."""
+    rng = random.Random(f"{seed}:providers")
+    alpha_k = rng.choice(PROVIDER_CAPACITY_CHOICES)
+    alpha = SimProvider("alpha", alpha_k, declared=alpha_k + rng.choice([0, 0, 1, 2]))
+    beta = SimProvider("beta", rng.choice(PROVIDER_CAPACITY_CHOICES))
+    if rng.random() < 0.5:
+        start = rng.randint(5_000, OUTAGE_START_MS_MAX)
+        beta.outage = (start, start + rng.randint(OUTAGE_MS_MIN, OUTAGE_MS_MAX))
+    subject_provider = {"s0": "alpha", "s1": "beta", "s2": rng.choice(["default", "alpha"])}
+    max_throttled = rng.choice([20, 20, 20, 4])
+    return {"alpha": alpha, "beta": beta}, subject_provider, max_throttled
+
+
+# The extra faults (--faults stall,blackhole), drawn from their own stream (`draw_extra_faults`).
+# A stall outlasts the expiry (policy expire_after_ms 15 s) and may outlast the recovery grace
+# (20 s): without the CoordinatorStalled every worker it froze out would be expired.
+STALL_MS_MIN, STALL_MS_MAX = 16_000, 45_000
+STALL_START_MS_MIN, STALL_START_MS_MAX = 10_000, 120_000
+BLACKHOLE_START_MS_MAX = 60_000
+BLACKHOLE_RECOVERY_MS_MIN, BLACKHOLE_RECOVERY_MS_MAX = 30_000, 120_000
+BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX = 20, 300  # failing fast: nothing runs
+BLACKHOLE_DETAIL = "no space left on device"
+EXTRA_FAULTS = ("stall", "blackhole")
+
+
+@dataclass
+class ExtraFaults:
+    """The coordinator's stalls ((start, length) in ms after submission) and the black-hole
+    worker (its index, and when it starts and stops failing; stop 0: never)."""
+
+    stalls: tuple[tuple[int, int], ...] = ()
+    blackhole: int = -1
+    blackhole_ms: tuple[int, int] = (0, 0)
+
+
+def draw_extra_faults(seed: int, names: tuple[str, ...], workers: int) -> ExtraFaults:
+    """The extra faults of a seed, from their own stream, so that the seed's main stream (and
+    so the default scenario) is drawn as without them: one or two stalls of the coordinator;
+    one black-hole worker, recovering on half the seeds."""
+    rng = random.Random(f"{seed}:faults")
+    out = ExtraFaults()
+    if "stall" in names:
+        out.stalls = tuple(sorted((rng.randint(STALL_START_MS_MIN, STALL_START_MS_MAX),
+                                   rng.randint(STALL_MS_MIN, STALL_MS_MAX)) for _ in range(rng.choice([1, 2]))))
+    if "blackhole" in names:
+        out.blackhole = rng.randrange(workers)
+        start = rng.randint(5_000, BLACKHOLE_START_MS_MAX)
+        stop = start + rng.randint(BLACKHOLE_RECOVERY_MS_MIN, BLACKHOLE_RECOVERY_MS_MAX) if rng.random() < 0.5 else 0
+        out.blackhole_ms = (start, stop)
+    return out
+
+
+# What a stalled coordinator does not do until it runs again (Simulation.run).
+_FROZEN_KINDS = ("tick", "liveness", "to_coord", "stream_dead", "coord_crash", "pause", "recover", "repair")
+
+
+class SimFailure(Exception):
+    def __init__(self, seed: int, index: int, now: int, what: str) -> None:
+        super().__init__(f"seed {seed}: command #{index} at t={now}ms: {what}")
+        self.seed, self.index, self.now, self.what = seed, index, now, what
+
+
+@dataclass
+class Faults:
+    loss_before: float
+    loss_after: float
+    duplicate: float
+    jitter_ms: int
+    partition: bool
+    worker_crash: bool
+    coordinator_restarts: int
+    pause: bool
+    slow_cells: float
+    missing_usage: float
+    env_failure: bool
+    straggler: bool
+    infra_failure: float
+    subject_failure: float
+    verifier_invalid: float
+    stream_reset: bool = False
+
+    @staticmethod
+    def quiet(rng: random.Random) -> Faults:
+        """Faults that lose no attempt to timing, so that which attempt of a cell is selected
+        does not depend on when groups run: lost and late frames, a pause, and every kind of
+        outcome (retries included). No process dies, nothing expires, and no hello arrives
+        twice (a repeated hello reconciles away a group pushed in between: a lost attempt)."""
+        f = Faults.draw(rng)
+        f.duplicate = 0.0
+        f.partition = f.worker_crash = f.env_failure = f.straggler = f.stream_reset = False
+        f.coordinator_restarts = 0
+        return f
+
+    @staticmethod
+    def draw(rng: random.Random) -> Faults:
+        return Faults(
+            loss_before=rng.choice([0.0, rng.uniform(0, 0.1)]),
+            loss_after=rng.choice([0.0, rng.uniform(0, 0.1)]),
+            duplicate=rng.choice([0.0, rng.uniform(0, 0.05)]),
+            jitter_ms=rng.choice([5, rng.randint(5, 400)]),
+            partition=rng.random() < 0.5,
+            worker_crash=rng.random() < 0.5,
+            coordinator_restarts=rng.choice([0, 0, 1, 2]),
+            pause=rng.random() < 0.3,
+            slow_cells=rng.uniform(0, 0.1),
+            missing_usage=rng.uniform(0, 0.2),
+            env_failure=rng.random() < 0.3,
+            straggler=rng.random() < 0.3,
+            infra_failure=rng.uniform(0, 0.12),
+            subject_failure=rng.uniform(0, 0.1),
+            verifier_invalid=rng.uniform(0, 0.04),
+            stream_reset=rng.random() < 0.3,
+        )
+
+
+@dataclass
+class SimAssignment:
+    push: PushAssignment
+    pending: dict[str, int] = field(default_factory=dict)  # attempt id -> event token
+    reported: dict[str, None] = field(default_factory=dict)
+    running: bool = True  # False once orphaned by a crash or revoked
+
+
+@dataclass
+class SimWorker:
+    worker_id: WorkerId
+    slots: int
+    incarnation: int = 1
+    alive: bool = True
+    connected: bool = False
+    partitioned: bool = False
+    assignments: dict[str, SimAssignment] = field(default_factory=dict)
+    finished: dict[str, None] = field(default_factory=dict)  # assignment ids done for good
+    outbox: dict[str, tuple[str, int, Report]] = field(default_factory=dict)  # attempt -> (asg, gen, report)
+    uploaded: dict[str, None] = field(default_factory=dict)  # digests acknowledged as stored
+    sent_at: dict[str, int] = field(default_factory=dict)  # outbox key -> last send time
+    epoch: int = 0  # bumps on crash: stale timers of the dead process are ignored
+    conn: int = 0  # bumps on every connect: which stream a hello came on
+    said: tuple | None = None  # what its last heartbeat on this stream said (None: none yet)
+    said_at: int = 0
+
+
+class Simulation:
+    def __init__(self, seed: int, *, check: bool, groups_tasks: int = 20, repetitions: int = 2,
+                 subjects: int = 3, workers: int = 3, quiet: bool = False, max_concurrent_groups: int = 4,
+                 slots: int | None = None, providers: bool = False, faults: tuple[str, ...] = (),
+                 policy_overrides: dict[str, Any] | None = None, stall_command: bool = True) -> None:
+        """`quiet`: only faults that lose no attempt to timing, and each attempt's outcome and
+        duration drawn from the attempt itself (its cell and number), not from the order of
+        events. `next_run` goes on with a second run of the spec on the same fleet. `slots`:
+        every worker's slots (None: drawn per worker from the seed). `providers`: the subjects'
+        requests go to simulated model providers (`draw_providers`); quiet, an attempt's number
+        is then its cell's count of attempts that were not throttled, so that what a cell does
+        on its k-th real attempt does not depend on how often it was throttled before.
+        `faults`: extra faults (EXTRA_FAULTS, `draw_extra_faults`); `policy_overrides`: policy
+        fields set over the simulation's (quarantine_after_failures=0, say); `stall_command`:
+        False applies a plain tick after a stall (a shell that forgot it: the check's teeth)."""
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.check = check
+        self.quiet = quiet
+        self.faults = Faults.quiet(self.rng) if quiet else Faults.draw(self.rng)
+        self.start_ms = 0  # when the current run was submitted
+        self.now = 0
+        self.fault_window_ms = FAULT_WINDOW_MS
+        self.events: list[tuple[int, int, str, tuple]] = []
+        self.seq = 0
+        self.trace: list[str] = []
+        self.trace_dropped = 0
+        self.commands = 0
+        self.log: list[object] = []
+        self.monitor = Monitor()
+        self.acked_selectable: dict[str, str] = {}
+        self.last_frame_ms: dict[WorkerId, int] = {}  # attempt id -> cell id, acknowledged ACCEPTED
+        self.coordinator_up = True
+        self.restarts = 0
+        # The coordinator's side of each session: the stream (worker conn) whose hello it accepted.
+        self.attached: dict[WorkerId, int] = {}
+        self.said: dict[WorkerId, tuple] = {}  # what each worker's last heartbeat or hello said it owns
+        self.beat_at: dict[WorkerId, int] = {}  # when that was (a StreamsAlive pass counts too)
+        self.stats = {"frames_dropped": 0, "frames_duplicated": 0, "late_reports": 0, "rejected": 0,
+                      "pushes": 0, "revokes": 0, "worker_crashes": 0, "partitions": 0}
+        spec_doc = {
+            "benchmark": {"name": "sim", "version": "1"},
+            "executor": {"kind": "command"},
+            "subjects": [{"id": f"s{i}", "command": "solve"} for i in range(subjects)],
+            "tasks": [{"id": f"t{i:02d}"} for i in range(groups_tasks)],
+            "repetitions": repetitions,
+            "budget": {"timeoutSeconds": 20},
+            "verifier": {"command": "verify", "timeoutSeconds": 5},
+            "execution": {"maxConcurrentTaskGroups": max_concurrent_groups},
+        }
+        self.providers = providers
+        self.sim_providers: dict[str, SimProvider] = {}
+        self.subject_provider: dict[str, str] = {}
+        self.throttle_answers: dict[str, int] = {}  # attempt id -> the retry-after of its 429
+        self.throttled_numbers: dict[str, dict[int, None]] = {}  # cell -> numbers of its throttled attempts
+        self.attempts_checked = 0  # the state's attempts that provider_step_problems has seen
+        policy_extra: dict[str, Any] = {}
+        if providers:
+            self.sim_providers, self.subject_provider, max_throttled = draw_providers(seed)
+            by_policy: dict[str, list[str]] = {}
+            for subject in spec_doc["subjects"]:
+                name = self.subject_provider.get(subject["id"], "default")
+                if name == "alpha" and subject["id"] != "s0":
+                    by_policy.setdefault(name, []).append(subject["id"])  # mapped by the policy
+                elif name != "default":
+                    subject["provider"] = name  # named by the spec
+            limits_ = [ProviderLimit(p.name, p.declared, tuple(by_policy.get(p.name, ())))
+                       for p in self.sim_providers.values() if p.declared or p.name in by_policy]
+            policy_extra = {"providers": tuple(sorted(limits_, key=lambda p: p.name)),
+                            "max_throttled_attempts_per_cell": max_throttled}
+        self.spec = parse_spec(spec_doc)
+        policy_extra |= policy_overrides or {}
+        self.policy = Policy(heartbeat_interval_ms=HEARTBEAT_MS, suspect_after_ms=3_500, expire_after_ms=15_000,
+                             recovery_grace_ms=20_000, retry_backoff_ms=500, retry_backoff_max_ms=8_000,
+                             max_attempts_per_cell=4, required_environment_id=ENV_ID, group_deadline_ms=60_000,
+                             **policy_extra)
+        self.run_id: RunId = run_id_for(self.spec.canonical, self.policy.canonical())
+        self.state = new_state()
+        self.workers: dict[WorkerId, SimWorker] = {}
+        for i in range(workers):
+            wid = WorkerId(f"w{i + 1}")
+            self.workers[wid] = SimWorker(wid, slots=self.rng.choice([1, 1, 2, 3]) if slots is None else slots)
+        self.skill = {s.id: self.rng.uniform(0.3, 0.9) for s in self.spec.subjects}
+        self.env_failure_pending = self.faults.env_failure
+        self.straggler_pending = self.faults.straggler
+        # The extra faults. Nothing below draws from the main stream, and none of it acts
+        # unless a fault is named: the default scenario runs exactly as without it.
+        for name in faults:
+            if name not in EXTRA_FAULTS:
+                raise ValueError(f"unknown fault {name!r}: not one of {', '.join(EXTRA_FAULTS)}")
+        self.extra_names = tuple(faults)
+        self.extra = draw_extra_faults(seed, self.extra_names, workers)
+        self.extra_rng = random.Random(f"{seed}:faults:events")
+        self.stall_command = stall_command
+        self.frozen = False  # the coordinator process is stalled: it reads and decides nothing
+        self.frozen_since = 0
+        self.frozen_inbox: list[tuple] = []  # what reached its sockets meanwhile, in order
+        self.frozen_deferred: list[tuple[str, tuple]] = []  # its own events, run after the stall
+        self.frozen_through: dict[WorkerId, tuple[int, int]] = {}  # alive and connected: (epoch, conn)
+        self.protected: dict[WorkerId, tuple[int, int, int]] = {}  # wid -> (until ms, epoch, conn)
+        self.stall_problems: list[str] = []
+        self.straggled: dict[str, None] = {}  # attempts the straggler fault holds past the deadline
+        self.blackhole_wid = (list(self.workers)[self.extra.blackhole] if self.extra.blackhole >= 0 else None)
+        self.blackhole_attempts: dict[str, None] = {}  # attempts the black hole failed
+        self.blackhole_first_ms = -1  # when the core first accepted one of them
+        self.other_selectable_ms = -1  # the last selectable report another worker got accepted
+        self.extra_stats = {"stalls": 0, "stall_ms": 0, "stall_frames": 0, "blackhole_failures": 0,
+                            "quarantines": 0, "probes": 0, "forgiven": 0}
+
+    # --- plumbing ---------------------------------------------------------------------------
+    def at(self, when: int, kind: str, *args: Any) -> int:
+        self.seq += 1
+        heapq.heappush(self.events, (when, self.seq, kind, args))
+        return self.seq
+
+    def note(self, text: str) -> None:
+        if len(self.trace) < TRACE_ENTRIES_MAX:
+            self.trace.append(f"{self.now} {text}")
+        else:
+            self.trace_dropped += 1
+
+    def faulty(self) -> bool:
+        return self.now < self.start_ms + self.fault_window_ms
+
+    def attempt_rng(self, attempt_id: str, what: str) -> random.Random:
+        """In a quiet simulation, what happens to an attempt is drawn from the attempt (its
+        cell and dispatch number, not its run), so two runs of one spec see the same."""
+        if not self.quiet:
+            return self.rng
+        _, cell, number = attempt_id.rsplit(":", 2)
+        if self.providers:
+            n = int(number[1:])
+            number = f"a{n - sum(1 for k in self.throttled_numbers.get(cell, ()) if k < n)}"
+        return random.Random(f"{self.seed}:{cell}:{number}:{what}")
+
+    def send_to_coordinator(self, w: SimWorker, frame: tuple) -> None:
+        if not (w.alive and w.connected and not w.partitioned and self.coordinator_up):
+            return
+        if self.faulty() and self.rng.random() < self.faults.loss_before:
+            self.stats["frames_dropped"] += 1
+            return
+        copies = 2 if self.faulty() and self.rng.random() < self.faults.duplicate else 1
+        self.stats["frames_duplicated"] += copies - 1
+        for _ in range(copies):
+            delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
+            self.at(self.now + delay, "to_coord", w.worker_id, w.epoch, self.restarts, frame)
+
+    def send_to_worker(self, wid: WorkerId, frame: tuple) -> None:
+        w = self.workers[wid]
+        if not (w.alive and w.connected and not w.partitioned):
+            return
+        if self.faulty() and self.rng.random() < self.faults.loss_after:
+            self.stats["frames_dropped"] += 1
+            return
+        delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
+        self.at(self.now + delay, "to_worker", wid, w.epoch, frame)
+
+    # --- coordinator ------------------------------------------------------------------------
+    def apply(self, cmd: object) -> Any:
+        self.commands += 1
+        self.state, t = step(self.state, cmd)
+        self.log.extend(t.durable)
+        if self.check and t.durable:
+            bad = self.monitor.observe(self.state)
+            if self.providers and not bad:
+                bad = provider_step_problems(self.state, self.new_attempts())
+            if bad:
+                raise SimFailure(self.seed, self.commands, self.now, f"{type(cmd).__name__}: {bad[0]}")
+        if self.extra_names and (t.durable or t.effects):
+            self.observe_extra(cmd, t)
+        return self.deliver(t)
+
+    # --- the extra faults' checks -------------------------------------------------------------
+    def protected_worker(self, wid: WorkerId) -> bool:
+        """Whether `wid` was alive and connected throughout a stall and has met no fault since
+        (the same process, the same stream, no partition), within the time the stall's silence
+        could still cost it (the recovery grace plus the expiry after the stall)."""
+        entry = self.protected.get(wid)
+        if entry is None:
+            return False
+        until, epoch, conn = entry
+        w = self.workers[wid]
+        if self.now >= until or not w.alive or w.epoch != epoch or w.conn != conn or w.partitioned:
+            del self.protected[wid]
+            return False
+        return True
+
+    def observe_extra(self, cmd: object, t: Any) -> None:
+        """After a step with the extra faults on: what a stall must not cause (an expiry, a loss
+        or a superseded assignment of a worker that was alive and connected throughout it: its
+        cells would run twice), and what the black hole's quarantine did."""
+        for d in t.durable:
+            if isinstance(d, (c.WorkerExpired, c.WorkerLost)) and self.protected_worker(d.worker_id):
+                self.stall_failure(f"{type(d).__name__} of {d.worker_id}, alive and connected throughout "
+                                   f"a stall (after {type(cmd).__name__})")
+            elif isinstance(d, c.WorkerQuarantined):
+                self.extra_stats["quarantines"] += 1
+            elif isinstance(d, c.WorkerProbed):
+                self.extra_stats["probes"] += 1
+        for e in t.effects:
+            if not (isinstance(e, Emit) and e.event == "assignment_superseded"):
+                continue
+            a = self.state.assignments.get(e.subject)
+            if a is None or not self.protected_worker(a.worker_id):
+                continue
+            sa = self.workers[a.worker_id].assignments.get(e.subject)
+            if e.detail == "group deadline exceeded" and (
+                    (sa is not None and sa.running and sa.pending) or any(t in self.straggled for t in a.attempts)):
+                continue  # its cells really ran past the deadline (the straggler fault): not the stall's doing
+            self.stall_failure(f"assignment {e.subject} of {a.worker_id}, alive and connected throughout a "
+                               f"stall, superseded ({e.detail}) after {type(cmd).__name__}: its cells run twice")
+
+    def stall_failure(self, what: str) -> None:
+        self.stall_problems.append(f"t={self.now}ms: {what}")
+        if self.check:
+            self.fail(what)
+
+    def new_attempts(self) -> list:
+        """Attempts dispatched since the last call (the state's attempts keep their insertion
+        order, and a restart's replay rebuilds them in it)."""
+        seen, total = self.attempts_checked, len(self.state.attempts)
+        self.attempts_checked = total
+        ids = list(itertools.islice(reversed(self.state.attempts), max(0, total - seen)))
+        return [self.state.attempts[tid] for tid in reversed(ids)]
+
+    def deliver(self, t: Any) -> Any:
+        """Carry out a transition's effects (pushes and revokes travel the faulty network)."""
+        for e in t.effects:
+            if isinstance(e, PushAssignment):
+                self.stats["pushes"] += 1
+                self.send_to_worker(e.worker_id, ("push", e))
+            elif isinstance(e, RevokeAssignment):
+                self.stats["revokes"] += 1
+                self.send_to_worker(e.worker_id, ("revoke", e.assignment_id))
+            elif isinstance(e, OfferRun):
+                self.send_to_worker(e.worker_id, ("offer", e.run_id, e.keys))
+            elif isinstance(e, RefuseRun):
+                raise SimFailure(self.seed, self.commands, self.now,
+                                 f"worker {e.worker_id} of the right build refused: {e.reason} {e.differences}")
+            elif isinstance(e, EndSession):
+                w = self.workers[e.worker_id]
+                if w.connected:  # as the servicer cuts it: the worker reconnects and says hello
+                    self.note(f"coord cut {e.worker_id}'s session: {e.reason}")
+                    w.connected = False
+                    self.at(self.now + RECONNECT_MS, "reconnect", e.worker_id, w.epoch)
+            elif isinstance(e, Emit):
+                if e.event in ("cell_retryable",):
+                    continue
+                self.note(f"coord {e.event} {e.subject} {e.detail}".rstrip())
+                if e.event == "run_blocked":
+                    self.at(self.now + self.rng.randint(5_000, 20_000), "repair", e.detail)
+        return t.outcome
+
+    def coordinator_frame(self, wid: WorkerId, frame: tuple) -> None:
+        self.last_frame_ms[wid] = self.now  # what the servicer's quiet time counts from
+        kind = frame[0]
+        w = self.workers[wid]
+        if kind == "hello":
+            _, incarnation, owned, buffered, conn = frame
+            out = self.apply(c.WorkerRegistered(self.now, wid, incarnation, w.slots, ENV_ID,
+                                                owned=owned, buffered=buffered, environment=WORKER_ENVIRONMENT))
+            if not out.ok:
+                self.note(f"coord refused hello {wid}: {out.detail}")
+            else:
+                self.attached[wid] = conn
+                self.said[wid], self.beat_at[wid] = owned, self.now
+            self.send_to_worker(wid, ("welcome", incarnation))
+        elif kind == "heartbeat":
+            self.said[wid], self.beat_at[wid] = frame[1], self.now
+            out = self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
+            if out.rejection in (Rejection.UNKNOWN_WORKER, Rejection.WORKER_NOT_ACTIVE) and w.connected:
+                # The servicer cuts a session whose worker must register again (its hello
+                # was lost, or it expired meanwhile): the worker reconnects and says hello.
+                self.note(f"coord cut {wid}'s session: {out.rejection.name}")
+                w.connected = False
+                self.at(self.now + RECONNECT_MS, "reconnect", wid, w.epoch)
+        elif kind == "measured":
+            _, incarnation, run_id, measured = frame
+            self.apply(c.RunEnvironmentMeasured(self.now, wid, incarnation, run_id, measured))
+        elif kind == "upload":
+            digest, size = frame[1], frame[2]
+            self.apply(c.ArtifactStored(self.now, digest, size))
+            self.send_to_worker(wid, ("upload_ack", digest))
+        elif kind == "report":
+            _, attempt_id, assignment_id, generation, report = frame
+            out = self.apply(c.CellReported(self.now, wid, attempt_id, assignment_id, generation, report))
+            if out.kind == OutcomeKind.REJECTED:
+                self.stats["rejected"] += 1
+                raise SimFailure(self.seed, self.commands, self.now,
+                                 f"report {attempt_id} rejected: {out.rejection.name} {out.detail}")
+            if out.kind == OutcomeKind.LATE:
+                self.stats["late_reports"] += 1
+            attempt = self.state.attempts.get(attempt_id)
+            if out.kind == OutcomeKind.ACCEPTED and self.state.runs[attempt.run_id].cells[
+                    attempt.cell_id].selected == attempt_id:
+                self.acked_selectable[attempt_id] = attempt.cell_id
+            if self.blackhole_wid is not None and out.kind == OutcomeKind.ACCEPTED:
+                if attempt_id in self.blackhole_attempts and self.blackhole_first_ms < 0:
+                    self.blackhole_first_ms = self.now
+                elif wid != self.blackhole_wid and is_selectable(report):
+                    self.other_selectable_ms = self.now
+            self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
+        elif kind == "finished":
+            out = self.apply(c.GroupFinished(self.now, wid, frame[1]))
+            if out.kind == OutcomeKind.REJECTED:
+                raise SimFailure(self.seed, self.commands, self.now, f"group finished rejected: {out.detail}")
+            self.send_to_worker(wid, ("finished_ack", frame[1]))
+        else:
+            raise AssertionError(kind)
+
+    def quiet_ms(self, wid: WorkerId) -> int:
+        return self.now - self.last_frame_ms.get(wid, 0)
+
+    def restart_coordinator(self) -> None:
+        """Crash: lose memory and in-flight frames; come back by replaying the log."""
+        before = durable_fingerprint(self.state)
+        self.coordinator_up = False
+        self.restarts += 1
+        for w in self.workers.values():
+            w.connected = False
+        self.note("coord crashed")
+        state = new_state()
+        for cmd in self.log:
+            state, t = step(state, cmd)
+            assert t.outcome.ok, f"replay of {cmd} was refused: {t.outcome}"
+        if self.check and durable_fingerprint(state) != before:
+            raise SimFailure(self.seed, self.commands, self.now, "replaying the log did not rebuild the state")
+        self.state = state
+        self.at(self.now + self.rng.randint(1_000, 5_000), "coord_up")
+
+    # --- workers ----------------------------------------------------------------------------
+    def connect(self, w: SimWorker) -> None:
+        if not w.alive or w.connected:
+            return
+        if w.partitioned or not self.coordinator_up or self.frozen:
+            self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
+            return
+        w.connected = True
+        w.conn += 1
+        w.said = None
+        owned = tuple(a for a, sa in w.assignments.items() if sa.running)
+        buffered = tuple(w.outbox)
+        self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered, w.conn))
+        self.flush(w, force=True)
+
+    def owned(self, w: SimWorker) -> tuple:
+        return tuple(w.assignments)
+
+    def flush(self, w: SimWorker, *, force: bool = False) -> None:
+        """Send what waits in the outbox: uploads first, then their reports, then finishes."""
+        for attempt_id, (asg, gen, report) in list(w.outbox.items()):
+            if not force and self.now - w.sent_at.get(attempt_id, -RESEND_MS) < RESEND_MS:
+                continue
+            w.sent_at[attempt_id] = self.now
+            missing = [a for a in report.artifacts if a.digest not in w.uploaded]
+            if missing:
+                for a in missing:
+                    self.send_to_coordinator(w, ("upload", a.digest, a.size_bytes))
+            else:
+                self.send_to_coordinator(w, ("report", attempt_id, asg, gen, report))
+        for aid, sa in list(w.assignments.items()):
+            if self.done_with(w, sa):
+                key = "finish:" + aid
+                if force or self.now - w.sent_at.get(key, -RESEND_MS) >= RESEND_MS:
+                    w.sent_at[key] = self.now
+                    self.send_to_coordinator(w, ("finished", aid))
+
+    def done_with(self, w: SimWorker, sa: SimAssignment) -> bool:
+        if sa.pending and sa.running:
+            return False
+        return not any(w.outbox.get(t) for t in sa.reported if t in w.outbox)
+
+    def worker_frame(self, w: SimWorker, frame: tuple) -> None:
+        kind = frame[0]
+        if kind == "push":
+            push: PushAssignment = frame[1]
+            if push.assignment_id in w.assignments or push.assignment_id in w.finished:
+                return  # a repeat of a push we already hold: pushes are idempotent
+            sa = SimAssignment(push)
+            w.assignments[push.assignment_id] = sa
+            self.note(f"{w.worker_id} runs {push.assignment_id} ({len(push.cells)} cells)")
+            for cd in push.cells:
+                if self.providers and not self.admit(cd.attempt_id, cd.subject_id):
+                    answer_ms = random.Random(f"{self.seed}:{cd.attempt_id}:answer").randint(
+                        THROTTLE_ANSWER_MS_MIN, THROTTLE_ANSWER_MS_MAX)
+                    sa.pending[cd.attempt_id] = self.at(self.now + answer_ms, "cell_done", w.worker_id, w.epoch,
+                                                        push.assignment_id, cd.attempt_id)
+                    continue
+                duration = (self.extra_rng.randint(BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX)
+                            if self.blackholed(w) else self.duration(cd.attempt_id))
+                sa.pending[cd.attempt_id] = self.at(self.now + duration, "cell_done",
+                                                    w.worker_id, w.epoch, push.assignment_id, cd.attempt_id)
+        elif kind == "revoke":
+            sa = w.assignments.get(frame[1])
+            if sa is not None:
+                sa.running = False
+                self.provider_release(sa.pending)
+                sa.pending.clear()
+                self.note(f"{w.worker_id} stops {frame[1]}")
+                self.flush(w, force=True)
+        elif kind == "upload_ack":
+            if frame[1] not in w.uploaded:
+                w.uploaded[frame[1]] = None
+                self.flush(w, force=True)
+        elif kind == "report_ack":
+            attempt_id = frame[1]
+            if w.outbox.pop(attempt_id, None) is not None:
+                w.sent_at.pop(attempt_id, None)
+                self.flush(w, force=True)
+        elif kind == "finished_ack":
+            aid = frame[1]
+            if w.assignments.pop(aid, None) is not None:
+                w.finished[aid] = None
+        elif kind == "offer":
+            # A worker of the right build: the submitter's values, and its own tool digest.
+            _, run_id, keys = frame
+            values = dict(MANIFEST) | {k: "digest-verify" for k in WORKER_KEYS}
+            measured = tuple(sorted((k, values.get(k, "(missing)")) for k in keys))
+            self.send_to_coordinator(w, ("measured", w.incarnation, run_id, measured))
+        elif kind == "welcome":
+            pass
+
+    def duration(self, attempt_id: str) -> int:
+        rng = self.attempt_rng(attempt_id, "duration")
+        base = rng.randint(1_000, 8_000)
+        if self.quiet:  # slow, never past the group deadline: nothing may expire
+            return base * (rng.randint(2, 3) if rng.random() < self.faults.slow_cells else 1)
+        if self.faulty() and rng.random() < self.faults.slow_cells:
+            base *= rng.randint(3, 6)
+        return base
+
+    def cell_done(self, w: SimWorker, assignment_id: str, attempt_id: str) -> None:
+        sa = w.assignments.get(assignment_id)
+        if sa is None or attempt_id not in sa.pending:
+            return
+        del sa.pending[attempt_id]
+        if attempt_id in self.throttle_answers:
+            report = self.throttled_report(attempt_id)
+            sa.reported[attempt_id] = None
+            w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
+            self.flush(w, force=True)
+            return
+        if self.blackholed(w):
+            self.provider_release((attempt_id,))
+            self.blackhole_attempts[attempt_id] = None
+            self.extra_stats["blackhole_failures"] += 1
+            sa.reported[attempt_id] = None
+            w.outbox[attempt_id] = (assignment_id, sa.push.generation, self.blackhole_report(attempt_id))
+            self.flush(w, force=True)
+            return
+        if self.straggler_pending and self.faulty():
+            # This cell hangs past the group deadline while the worker keeps heartbeating.
+            self.straggler_pending = False
+            self.straggled[attempt_id] = None
+            self.note(f"{w.worker_id} straggles on {attempt_id}")
+            sa.pending[attempt_id] = self.at(self.now + 90_000, "cell_done", w.worker_id, w.epoch,
+                                             assignment_id, attempt_id)
+            return
+        self.provider_release((attempt_id,))
+        report = self.outcome(attempt_id)
+        sa.reported[attempt_id] = None
+        w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
+        self.flush(w, force=True)
+
+    def outcome(self, attempt_id: str) -> Report:
+        f, rng = self.faults, self.attempt_rng(attempt_id, "outcome")
+        attempt = self.state.attempts.get(attempt_id)
+        subject = attempt_id.split("/")[-1].split(":")[0]
+        artifact = f"{attempt_id}:log".encode()
+        ref = ArtifactRef("log", sha256_digest(artifact), len(artifact))
+        usage_missing = rng.random() < f.missing_usage
+        usage = Usage.MISSING if usage_missing else Usage.COMPLETE
+        cost = None if usage_missing else round(rng.uniform(0.001, 0.05), 6)
+        roll = rng.random()
+        del attempt
+        if self.env_failure_pending and self.faulty() and roll < 0.2:
+            self.env_failure_pending = False
+            kw = dict(execution=Execution.NOT_STARTED, verification=Verification.NOT_RUN,
+                      cleanup=Cleanup.CONFIRMED, environment_failure=ENV_FAILURE, usage=Usage.MISSING)
+            cost = None
+        elif roll < f.infra_failure:
+            kw = dict(execution=Execution.UNKNOWN, verification=Verification.NOT_RUN,
+                      cleanup=Cleanup.UNKNOWN, usage=Usage.UNKNOWN)
+            cost = None
+        elif roll < f.infra_failure + f.verifier_invalid:
+            kw = dict(execution=Execution.COMPLETED, verification=Verification.INVALID,
+                      cleanup=Cleanup.CONFIRMED, usage=usage)
+        elif roll < f.infra_failure + f.verifier_invalid + f.subject_failure:
+            kw = dict(execution=Execution.SUBJECT_FAILED, verification=Verification.VALID,
+                      cleanup=Cleanup.CONFIRMED, usage=usage, score=0.0)
+        else:
+            score = 1.0 if rng.random() < self.skill.get(subject, 0.5) else 0.0
+            kw = dict(execution=Execution.COMPLETED, verification=Verification.VALID,
+                      cleanup=Cleanup.CONFIRMED, usage=usage, score=score)
+        draft = Report(status=Status.COMPLETED, cost_usd=cost, artifacts=(ref,), **kw)
+        from dataclasses import replace
+        return replace(draft, status=expected_status(draft))
+
+    def blackholed(self, w: SimWorker) -> bool:
+        """The black-hole worker in its failing time: every cell that ends then fails."""
+        if w.worker_id != self.blackhole_wid:
+            return False
+        start, stop = self.extra.blackhole_ms
+        return self.start_ms + start <= self.now and (not stop or self.now < self.start_ms + stop)
+
+    def blackhole_report(self, attempt_id: str) -> Report:
+        """What a worker with a full disk reports: an infrastructure failure, nothing started."""
+        artifact = f"{attempt_id}:log".encode()
+        draft = Report(status=Status.COMPLETED, execution=Execution.NOT_STARTED, verification=Verification.NOT_RUN,
+                       usage=Usage.MISSING, cleanup=Cleanup.CONFIRMED, detail=BLACKHOLE_DETAIL,
+                       artifacts=(ArtifactRef("log", sha256_digest(artifact), len(artifact)),))
+        from dataclasses import replace
+        return replace(draft, status=expected_status(draft))
+
+    # --- model providers (the providers scenario) --------------------------------------------
+    def admit(self, attempt_id: str, subject_id: str) -> bool:
+        """A cell starts: its provider admits it (it counts in flight until it ends), or refuses
+        it with a 429 because `capacity` cells are already in flight or it is in its outage."""
+        p = self.sim_providers.get(self.subject_provider.get(subject_id, "default"))
+        if p is None:
+            return True  # the unnamed provider admits any number
+        start, end = p.outage
+        in_outage = self.start_ms + start <= self.now < self.start_ms + end
+        if in_outage or (p.capacity and len(p.inflight) >= p.capacity):
+            p.refused += 1
+            rng = random.Random(f"{self.seed}:{attempt_id}:retry_after")
+            self.throttle_answers[attempt_id] = rng.choice([0, rng.randint(200, PROVIDER_RETRY_AFTER_MS_MAX)])
+            self.note(f"provider {p.name} refuses {attempt_id}: {len(p.inflight)} in flight")
+            return False
+        p.admitted += 1
+        p.inflight[attempt_id] = None
+        p.peak_inflight = max(p.peak_inflight, len(p.inflight))
+        return True
+
+    def provider_release(self, attempt_ids: Any) -> None:
+        """Cells that ended (done, or their process died, or revoked) leave their provider."""
+        for p in self.sim_providers.values():
+            for tid in attempt_ids:
+                p.inflight.pop(tid, None)
+
+    def throttled_report(self, attempt_id: str) -> Report:
+        """What a subject refused by its provider reports: throttled, not run, never scored."""
+        _, cell, number = attempt_id.rsplit(":", 2)
+        self.throttled_numbers.setdefault(cell, {})[int(number[1:])] = None
+        subject = attempt_id.split("/")[-1].split(":")[0]
+        artifact = f"{attempt_id}:log".encode()
+        draft = Report(status=Status.COMPLETED, execution=Execution.SUBJECT_FAILED, verification=Verification.NOT_RUN,
+                       usage=Usage.MISSING, cleanup=Cleanup.CONFIRMED,
+                       artifacts=(ArtifactRef("log", sha256_digest(artifact), len(artifact)),),
+                       throttled=f"provider {self.subject_provider.get(subject, 'default')} throttled: 429",
+                       retry_after_ms=self.throttle_answers[attempt_id])
+        from dataclasses import replace
+        return replace(draft, status=expected_status(draft))
+
+    def crash_worker(self, w: SimWorker) -> None:
+        """Process death: running cells die; the durable outbox and assignment records stay."""
+        self.stats["worker_crashes"] += 1
+        w.alive = False
+        w.connected = False
+        w.epoch += 1
+        for sa in w.assignments.values():
+            sa.running = False
+            self.provider_release(sa.pending)
+            sa.pending.clear()
+        self.note(f"{w.worker_id} crashed")
+        self.at(self.now + self.rng.randint(2_000, 10_000), "worker_up", w.worker_id)
+
+    # --- the run ----------------------------------------------------------------------------
+    def schedule_faults(self) -> None:
+        f, rng = self.faults, self.rng
+        wids = list(self.workers)
+        if f.partition:
+            self.at(self.start_ms + rng.randint(5_000, 60_000), "partition", rng.choice(wids),
+                    rng.randint(20_000, 40_000))
+        t0 = self.start_ms
+        if f.worker_crash:
+            self.at(t0 + rng.randint(5_000, 100_000), "crash", rng.choice(wids))
+        if f.stream_reset:
+            self.at(t0 + rng.randint(5_000, 100_000), "stream_reset", rng.choice(wids))
+        for _ in range(f.coordinator_restarts):
+            self.at(t0 + rng.randint(5_000, 120_000), "coord_crash")
+        if f.pause:
+            start = t0 + rng.randint(5_000, 100_000)
+            self.at(start, "pause")
+            self.at(start + rng.randint(5_000, 30_000), "recover")
+        for start, length in self.extra.stalls:
+            self.at(t0 + start, "freeze", length)
+        if self.blackhole_wid is not None:
+            start, stop = self.extra.blackhole_ms
+            self.at(t0 + start, "blackhole", "starts")
+            if stop:
+                self.at(t0 + stop, "blackhole", "recovers")
+
+    def next_run(self, order_from: str = "") -> dict:
+        """After `run`: the same spec again, on the same coordinator and fleet (the workers keep
+        their sessions), with a policy that orders it from `order_from`; faults drawn anew."""
+        from dataclasses import replace
+        self.start_ms = self.now
+        self.policy = replace(self.policy, order_from=order_from)
+        self.run_id = run_id_for(self.spec.canonical, self.policy.canonical())
+        self.env_failure_pending = self.faults.env_failure
+        self.straggler_pending = self.faults.straggler
+        return self.run(connect=False)
+
+    def run(self, connect: bool = True) -> dict:
+        t0 = self.start_ms
+        out = self.apply(c.RunSubmitted(t0, self.run_id, self.spec, self.policy, MANIFEST, WORKER_KEYS))
+        if not out.ok:
+            raise SimFailure(self.seed, self.commands, self.now, f"submission refused: {out.detail}")
+        for w in self.workers.values() if connect else ():
+            self.at(t0 + self.rng.randint(0, 500), "reconnect", w.worker_id, w.epoch)
+            self.at(t0 + HEARTBEAT_MS + self.rng.randint(0, 300), "heartbeat", w.worker_id, w.epoch)
+        self.at(t0 + TICK_MS, "tick")
+        self.at(t0 + LIVENESS_MS, "liveness")
+        self.schedule_faults()
+        paused = False
+        while self.events:
+            when, _, kind, args = heapq.heappop(self.events)
+            self.now = when
+            if self.now > self.start_ms + SETTLE_LIMIT_MS:
+                raise SimFailure(self.seed, self.commands, self.now, "the run did not settle after the faults stopped")
+            if self.frozen and kind in _FROZEN_KINDS:
+                # The coordinator is stalled: its clock's ticks and its own passes do not run
+                # (they go on after it), and what reaches its sockets waits there.
+                if kind == "tick":
+                    self.at(self.now + TICK_MS, "tick")
+                elif kind == "liveness":
+                    self.at(self.now + LIVENESS_MS, "liveness")
+                elif kind == "to_coord":
+                    self.frozen_inbox.append(("frame", args))
+                else:
+                    self.frozen_deferred.append((kind, args))
+                continue
+            if kind == "tick":
+                if self.coordinator_up:
+                    self.apply(c.ClockTicked(self.now))
+                    run = self.state.runs[self.run_id]
+                    if run.settled and not self.faulty():
+                        break
+                self.at(self.now + TICK_MS, "tick")
+            elif kind == "liveness":
+                # The servicer: every session still up (a partitioned one too, until the
+                # keepalive ends it) in one StreamsAlive.
+                if self.coordinator_up:
+                    up = tuple((wid, self.said.get(wid, ())) for wid, w in self.workers.items()
+                               if w.connected and self.attached.get(wid) == w.conn
+                               and self.now - self.beat_at.get(wid, 0) >= LIVENESS_MS * 9 // 10)
+                    for wid, _ in up:
+                        self.beat_at[wid] = self.now
+                    if up:
+                        self.apply(c.StreamsAlive(self.now, up))
+                self.at(self.now + LIVENESS_MS, "liveness")
+            elif kind == "to_coord":
+                self.to_coord(*args)
+            elif kind == "to_worker":
+                wid, epoch, frame = args
+                w = self.workers[wid]
+                if w.alive and w.connected and epoch == w.epoch:
+                    self.worker_frame(w, frame)
+            elif kind == "heartbeat":
+                wid, epoch = args
+                w = self.workers[wid]
+                if epoch != w.epoch:
+                    continue
+                if w.connected:
+                    said = tuple(a for a, sa in w.assignments.items() if sa.running)
+                    if said or said != w.said or self.now - w.said_at >= IDLE_HEARTBEAT_INTERVAL_MS:
+                        w.said, w.said_at = said, self.now
+                        self.send_to_coordinator(w, ("heartbeat", said))
+                    self.flush(w)
+                self.at(self.now + HEARTBEAT_MS, "heartbeat", wid, epoch)
+            elif kind == "cell_done":
+                wid, epoch, aid, tid = args
+                w = self.workers[wid]
+                if epoch == w.epoch and w.alive:
+                    self.cell_done(w, aid, tid)
+            elif kind == "reconnect":
+                wid, epoch = args
+                w = self.workers[wid]
+                if epoch == w.epoch:
+                    self.connect(w)
+            elif kind == "partition":
+                wid, length = args
+                w = self.workers[wid]
+                self.stats["partitions"] += 1
+                self.unprotect(wid)
+                w.partitioned = True
+                self.note(f"{wid} partitioned for {length}ms")
+                self.at(self.now + self.rng.randint(PARTITION_NOTICE_MS_MIN, PARTITION_NOTICE_MS_MAX),
+                        "stream_dead", wid)
+                self.at(self.now + length, "heal", wid)
+            elif kind == "stream_dead":
+                # The keepalive noticed the silence: to the servicer, a stream that ended.
+                w = self.workers[args[0]]
+                if w.connected and w.partitioned:
+                    w.connected = False
+                    if self.coordinator_up:
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
+                    self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
+            elif kind == "stream_reset":
+                w = self.workers[args[0]]
+                if w.alive and w.connected and not w.partitioned:
+                    self.note(f"{w.worker_id} stream reset")
+                    w.connected = False  # frames in flight on the reset stream are dropped
+                    self.unprotect(w.worker_id)
+                    if self.frozen:
+                        self.frozen_inbox.append(("ended", (w.worker_id,)))
+                    elif self.coordinator_up:
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
+                    self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
+            elif kind == "heal":
+                self.workers[args[0]].partitioned = False
+                self.note(f"{args[0]} healed")
+            elif kind == "crash":
+                w = self.workers[args[0]]
+                if w.alive:
+                    self.unprotect(w.worker_id)
+                    if w.connected and self.frozen:
+                        self.frozen_inbox.append(("ended", (w.worker_id,)))  # read after the stall
+                    elif w.connected and self.coordinator_up:
+                        # Its kernel closes the socket: the servicer sees the stream end at once.
+                        self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
+                    self.crash_worker(w)
+            elif kind == "worker_up":
+                w = self.workers[args[0]]
+                w.alive = True
+                w.incarnation += 1
+                self.note(f"{w.worker_id} restarted as incarnation {w.incarnation}")
+                self.connect(w)
+                self.at(self.now + HEARTBEAT_MS, "heartbeat", w.worker_id, w.epoch)
+            elif kind == "coord_crash":
+                if self.coordinator_up:
+                    self.restart_coordinator()
+            elif kind == "coord_up":
+                self.coordinator_up = True
+                self.apply(c.CoordinatorRecovered(self.now))
+                if paused:
+                    pass
+                self.note("coord recovered from its log")
+                for w in self.workers.values():
+                    self.at(self.now + self.rng.randint(100, 2_000), "reconnect", w.worker_id, w.epoch)
+            elif kind == "pause":
+                if self.coordinator_up:
+                    paused = True
+                    self.apply(c.RunPaused(self.now, self.run_id))
+                else:
+                    self.at(self.now + 1_000, "pause")
+            elif kind == "recover":
+                if self.coordinator_up and paused:
+                    paused = False
+                    self.apply(c.RunRecovered(self.now, self.run_id))
+                elif paused:
+                    self.at(self.now + 1_000, "recover")
+            elif kind == "repair":
+                if self.coordinator_up:
+                    out = self.apply(c.RunRepaired(self.now, self.run_id, args[0]))
+                    self.note(f"operator repair: {out.kind.name}")
+                else:
+                    self.at(self.now + 1_000, "repair", args[0])
+            elif kind == "freeze":
+                if self.frozen or not self.coordinator_up:
+                    self.at(self.now + 1_000, "freeze", *args)
+                else:
+                    self.freeze(args[0])
+            elif kind == "thaw":
+                self.thaw()
+            elif kind == "blackhole":
+                self.note(f"{self.blackhole_wid} black hole {args[0]}")
+            else:
+                raise AssertionError(kind)
+        return self.finish()
+
+    def to_coord(self, wid: WorkerId, epoch: int, restarts: int, frame: tuple) -> None:
+        if self.coordinator_up and restarts == self.restarts and self.workers[wid].connected:
+            self.coordinator_frame(wid, frame)
+
+    # --- the coordinator's stall (--faults stall) ----------------------------------------------
+    def freeze(self, length_ms: int) -> None:
+        """The coordinator process stops (a frozen VM, SIGSTOP, a loop blocked) for `length_ms`:
+        workers run on and finish their cells, their frames wait in its sockets, and it decides
+        nothing. The workers alive and connected now (their hello accepted on this stream) are
+        the ones the stall must cost nothing if they stay so throughout."""
+        self.frozen, self.frozen_since = True, self.now
+        self.frozen_through = {}
+        for wid, w in self.workers.items():
+            cw = self.state.workers.get(wid)
+            if (w.alive and w.connected and not w.partitioned and self.attached.get(wid) == w.conn
+                    and cw is not None and cw.status in (WorkerStatus.ACTIVE, WorkerStatus.SUSPECTED)):
+                self.frozen_through[wid] = (w.epoch, w.conn)
+        self.note(f"coord stalls for {length_ms}ms")
+        self.at(self.now + length_ms, "thaw")
+
+    def thaw(self) -> None:
+        """The coordinator runs again, as the real actor does: its first tick finds the gap and
+        is a CoordinatorStalled instead (`stall_command` False: a plain tick), then what waited
+        in its sockets is read in order, then its own deferred events run."""
+        stalled_ms = self.now - self.frozen_since
+        self.frozen = False
+        self.extra_stats["stalls"] += 1
+        self.extra_stats["stall_ms"] += stalled_ms
+        until = self.now + self.policy.recovery_grace_ms + self.policy.expire_after_ms
+        for wid, (epoch, conn) in self.frozen_through.items():
+            w = self.workers[wid]
+            if w.alive and w.connected and not w.partitioned and w.epoch == epoch and w.conn == conn:
+                self.protected[wid] = (until, epoch, conn)
+        self.frozen_through = {}
+        self.note(f"coord runs again after {stalled_ms}ms; {len(self.frozen_inbox)} frames waited")
+        self.apply(c.CoordinatorStalled(self.now, stalled_ms) if self.stall_command else c.ClockTicked(self.now))
+        inbox, self.frozen_inbox = self.frozen_inbox, []
+        self.extra_stats["stall_frames"] += len(inbox)
+        for what, args in inbox:
+            if what == "frame":
+                self.to_coord(*args)
+            elif self.coordinator_up:
+                self.apply(c.WorkerStreamEnded(self.now, args[0], self.quiet_ms(args[0])))
+        deferred, self.frozen_deferred = self.frozen_deferred, []
+        for kind, args in deferred:
+            self.at(self.now + 1, kind, *args)
+
+    def unprotect(self, wid: WorkerId) -> None:
+        """A fault of its own: what happens to the worker from now is not the stall's doing."""
+        self.frozen_through.pop(wid, None)
+        self.protected.pop(wid, None)
+
+    def finish(self) -> dict:
+        summary = summarize(self.state, self.run_id)
+        if self.check:
+            self.final_checks(summary)
+        results = [{"cell_id": r.cell_id, "score": r.score, "status": r.status, "attempt_id": r.attempt_id,
+                    "worker_id": r.worker_id, "assignment_id": r.assignment_id, "generation": r.generation,
+                    "dispatch_order": r.dispatch_order} for r in summary.selected]
+        return {
+            "seed": self.seed,
+            "elapsed_ticks": self.now // TICK_MS,
+            "elapsed_virtual_ms": self.now,
+            "run_id": self.run_id,
+            "faults": vars(self.faults),
+            "summary": {
+                "state": summary.state,
+                "selected": len(summary.selected),
+                "incomplete": len(summary.incomplete),
+                "incomplete_reasons": sorted({i.reason for i in summary.incomplete}),
+                "observed_cost_usd": summary.observed_cost_usd,
+                "selected_cost_usd": summary.selected_cost_usd,
+                "usage_complete": summary.usage_complete,
+                "attempts_dispatched": summary.attempts_dispatched,
+                "late_reports": summary.late_reports,
+                "peak_concurrent_groups": summary.peak_concurrent_groups,
+                "slots_offered": summary.slots_offered,
+            },
+            "stats": dict(self.stats, commands=self.commands, log_records=len(self.log),
+                          coordinator_restarts=self.restarts),
+            "results": results,
+            "incomplete": [{"cell_id": i.cell_id, "reason": i.reason, "attempts": i.attempts}
+                           for i in summary.incomplete],
+            "trace": self.trace + ([f"... {self.trace_dropped} more"] if self.trace_dropped else []),
+        } | ({"providers": self.provider_report()} if self.providers else {}) | (
+            {"extra_faults": self.extra_report()} if self.extra_names else {})
+
+    def extra_report(self) -> dict:
+        self.extra_stats["forgiven"] = sum(cell.forgiven for cell in self.state.runs[self.run_id].cells.values())
+        return {"names": list(self.extra_names), "stalls_ms": [list(x) for x in self.extra.stalls],
+                "blackhole": self.blackhole_wid, "blackhole_ms": list(self.extra.blackhole_ms),
+                "stall_command": self.stall_command, "stall_problems": self.stall_problems[:20],
+                "blackhole_problems": self.blackhole_problems(summarize(self.state, self.run_id))[:20],
+                **self.extra_stats}
+
+    def provider_report(self) -> dict:
+        """Per provider: the simulated one (capacity, outage, what it admitted and refused) and
+        the core's record of it (limits, peak, throttled attempts)."""
+        out = {}
+        for name, p in self.state.providers.items():
+            sp = self.sim_providers.get(name)
+            out[name] = {"declared": p.declared, "effective": p.effective, "peak_running": p.peak_running,
+                         "throttled": p.throttled, "retry_after_ms_total": p.retry_after_ms_total}
+            if sp is not None:
+                out[name] |= {"sim_capacity": sp.capacity, "sim_outage_ms": list(sp.outage),
+                              "sim_admitted": sp.admitted, "sim_refused": sp.refused,
+                              "sim_peak_inflight": sp.peak_inflight}
+        return out
+
+    def fail(self, what: str) -> NoReturn:
+        raise SimFailure(self.seed, self.commands, self.now, what)
+
+    def settled_checks(self, summary: Any) -> None:
+        """The run settled, and a cell is incomplete only for running out of attempts (or, in the
+        providers scenario, of throttled attempts)."""
+        if summary.state not in ("complete", "incomplete"):
+            self.fail(f"run ended {summary.state}, not settled")
+        allowed = ("exhausted", "provider_throttled") if self.providers else ("exhausted",)
+        for inc in summary.incomplete:
+            if inc.reason not in allowed:
+                self.fail(f"cell {inc.cell_id} ended incomplete as {inc.reason}")
+
+    def final_checks(self, summary) -> None:
+        fail = self.fail
+        self.settled_checks(summary)
+        for attempt_id, cell_id in self.acked_selectable.items():
+            run = self.state.runs[self.state.attempts[attempt_id].run_id]
+            if run.cells[cell_id].selected != attempt_id:
+                fail(f"acknowledged result {attempt_id} is not the selected result of {cell_id}")
+        replayed = new_state()
+        for cmd in self.log:
+            replayed, _ = step(replayed, cmd)
+        if durable_fingerprint(replayed) != durable_fingerprint(self.state):
+            fail("replaying the whole log does not rebuild the final state")
+        if self.providers:
+            self.provider_final_checks(summary)
+        if self.blackhole_wid is not None:
+            bad = self.blackhole_problems(summary)
+            if bad:
+                fail(bad[0])
+
+    def blackhole_problems(self, summary: Any) -> list[str]:
+        """No cell ends exhausted because of the black hole. Per cell that ended exhausted: its
+        counted attempts (recounted: all, less the throttled reports, less the forgiven) reach
+        maxAttemptsPerCell, or it had attempts given back that would have let it run; and, when
+        another worker had a selectable report accepted after the black hole's first failure
+        (so a healthy worker was up and succeeding while it failed), its attempts that the
+        black hole did not fail reach maxAttemptsPerCell on their own: otherwise the black
+        hole's failures, counted against it, are what exhausted it."""
+        bad: list[str] = []
+        run = self.state.runs[self.run_id]
+        contradicted = 0 <= self.blackhole_first_ms <= self.other_selectable_ms
+        for inc in summary.incomplete:
+            if inc.reason != "exhausted":
+                continue
+            cell = run.cells[inc.cell_id]
+            throttled = sum(1 for tid in cell.attempts
+                            if (r := self.state.attempts[tid].report) is not None and r.throttled)
+            counted = len(cell.attempts) - throttled - cell.forgiven
+            limit = run.max_attempts(cell)
+            if counted < limit and throttled < run.max_throttled(cell):
+                bad.append(f"cell {inc.cell_id} ended exhausted with {counted} counted attempts of {limit}: "
+                           f"{cell.forgiven} given back would have let it run")
+                continue
+            burned = sum(1 for tid in cell.attempts if tid in self.blackhole_attempts)
+            own = len(cell.attempts) - throttled - burned
+            if burned and contradicted and own < limit:
+                bad.append(f"cell {inc.cell_id} ended exhausted: {burned} of its {len(cell.attempts)} attempts failed "
+                           f"on black-hole worker {self.blackhole_wid} ({cell.forgiven} given back) while another "
+                           f"worker succeeded; only {own} of its own")
+        return bad
+
+    def provider_final_checks(self, summary: Any) -> None:
+        """The core heard of no more 429s than the simulated providers gave; a cell that ended
+        provider_throttled used up its throttled attempts on a provider that throttles."""
+        run = self.state.runs[self.run_id]
+        for name, p in self.state.providers.items():
+            sp = self.sim_providers.get(name)
+            if p.throttled > (sp.refused if sp else 0):
+                self.fail(f"provider {name} counts {p.throttled} throttled attempts, it refused "
+                          f"{sp.refused if sp else 0}")
+        for inc in summary.incomplete:
+            cell = run.cells[inc.cell_id]
+            if inc.reason == "provider_throttled" and (
+                    cell.throttled < run.max_throttled(cell)
+                    or self.subject_provider.get(cell.subject_id, "default") not in self.sim_providers):
+                self.fail(f"cell {inc.cell_id} ended provider_throttled after {cell.throttled} throttled attempts")
+
+
+def run_seed(seed: int, check: bool, providers: bool = False, faults: tuple[str, ...] = (),
+             **kw: Any) -> dict:
+    """One seed; an assertion inside the core (an invariant violation) becomes a SimFailure.
+    `faults`: the extra faults (EXTRA_FAULTS); `kw` goes to Simulation (policy_overrides,
+    stall_command)."""
+    sim = Simulation(seed, check=check, providers=providers, faults=faults, **kw)
+    try:
+        return sim.run()
+    except AssertionError as e:
+        raise SimFailure(seed, sim.commands, sim.now, f"assertion failed: {e}") from e
+
+
+def selection_view(sim: Simulation) -> dict:
+    """What a run selected and what it counted, keyed by cell (not by run): per cell its
+    dispatches and its selected attempt's number, status and score; then the accounting."""
+    run = sim.state.runs[sim.run_id]
+    cells = {}
+    for cid, cell in run.cells.items():
+        chosen = sim.state.attempts[cell.selected] if cell.selected else None
+        report = chosen.report if chosen else None
+        cells[cid] = [len(cell.attempts), chosen.attempt_id.rsplit(":", 1)[1] if chosen else None,
+                      report.status.name if report else None, report.score if report else None]
+    s = summarize(sim.state, sim.run_id)
+    return {"cells": cells, "state": s.state, "attempts_dispatched": s.attempts_dispatched,
+            "observed_cost_usd": round(s.observed_cost_usd, 6), "selected_cost_usd": round(s.selected_cost_usd, 6),
+            "usage_complete": s.usage_complete, "late_reports": s.late_reports,
+            "incomplete": sorted((i.cell_id, i.reason) for i in s.incomplete)}
+
+
+def run_order_check(seed: int) -> dict:
+    """A quiet run, then the same spec ordered from it on the same coordinator (its log goes
+    on): the second must dispatch in another order and select and count exactly the same."""
+    sim = Simulation(seed, check=True, quiet=True)
+    try:
+        sim.run()
+        a = selection_view(sim)
+        first_run, first_ms = sim.run_id, sim.now
+        sim.next_run(order_from=first_run)
+    except AssertionError as e:
+        raise SimFailure(seed, sim.commands, sim.now, f"assertion failed: {e}") from e
+    ordered = sim.state.runs[sim.run_id]
+    if not ordered.order:
+        raise SimFailure(seed, sim.commands, sim.now, "the second run was not ordered")
+    b = selection_view(sim)
+    if a != b:
+        diff = sorted(k for k in a["cells"] if a["cells"][k] != b["cells"].get(k))
+        what = f"cells {diff[:5]}" if diff else ", ".join(k for k in a if a[k] != b[k])
+        raise SimFailure(seed, sim.commands, sim.now, f"the ordered run selected differently: {what}")
+    spec_order = list(range(sim.spec.group_count))
+    return {"seed": seed, "reordered": list(ordered.order) != spec_order, "cells": len(a["cells"]),
+            "first_ms": first_ms, "second_ms": sim.now - sim.start_ms}
+
+
+def provider_view(sim: Simulation) -> dict:
+    """Per cell what can be compared between a run with providers and one without: its counted
+    attempts (all, less the throttled and the forgiven), the counted number of its selected attempt, and that
+    attempt's status and score, and how it ended (selected, or the summary's incomplete reason)."""
+    run = sim.state.runs[sim.run_id]
+    reasons = {i.cell_id: i.reason for i in summarize(sim.state, sim.run_id).incomplete}
+    cells = {}
+    for cid, cell in run.cells.items():
+        counted = [t for t in cell.attempts
+                   if not (sim.state.attempts[t].report and sim.state.attempts[t].report.throttled)]
+        report = sim.state.attempts[cell.selected].report if cell.selected else None
+        cells[cid] = {"counted": counted_attempts(cell), "throttled": cell.throttled,
+                      "selected": counted.index(cell.selected) + 1 if cell.selected else None,
+                      "status": report.status.name if report else None, "score": report.score if report else None,
+                      "ended": "selected" if cell.selected else reasons.get(cid, "?")}
+    return cells
+
+
+def run_provider_check(seed: int) -> dict:
+    """A limited run selects exactly what an unlimited one selects. The seed runs quiet (no fault
+    that loses an attempt to timing; an attempt's outcome and duration drawn from its cell and its
+    counted number) twice: with the providers scenario (limits, simulated providers that throttle,
+    invariants after every command), and without providers (no limits, no throttling). Compared
+    per cell: a cell selected with providers is selected without, on the same counted attempt,
+    with the same status and score; a cell exhausted with providers is exhausted without, after
+    the same counted attempts; a cell that ended provider_throttled (its throttled attempts used
+    up, which the unlimited run cannot do) had made counted attempts that the unlimited run also
+    made without selecting, that is fewer than it made or than its selected attempt's number. A
+    cell never has counted attempts over maxAttemptsPerCell in either run."""
+    limited = Simulation(seed, check=True, quiet=True, providers=True)
+    unlimited = Simulation(seed, check=True, quiet=True)
+    for sim in (limited, unlimited):
+        try:
+            sim.run()
+        except AssertionError as e:
+            raise SimFailure(seed, sim.commands, sim.now, f"assertion failed: {e}") from e
+    a, b = provider_view(limited), provider_view(unlimited)
+    fail = limited.fail
+    ended: dict[str, int] = {}
+    for cid, x in a.items():
+        y = b[cid]
+        ended[x["ended"]] = ended.get(x["ended"], 0) + 1
+        if x["ended"] == "provider_throttled":
+            if y["throttled"] or not (x["counted"] < (y["selected"] or y["counted"] + 1)):
+                fail(f"cell {cid} ended provider_throttled after {x['counted']} counted attempts, "
+                     f"the unlimited run {y}")
+        elif x["ended"] == "selected":
+            if {k: x[k] for k in ("counted", "selected", "status", "score", "ended")} != \
+                    {k: y[k] for k in ("counted", "selected", "status", "score", "ended")}:
+                fail(f"cell {cid} selected with providers {x}, without {y}")
+        elif x["ended"] != y["ended"] or x["counted"] != y["counted"]:
+            fail(f"cell {cid} ended {x['ended']} with providers ({x['counted']} counted), "
+                 f"{y['ended']} without ({y['counted']})")
+    refused = sum(p.refused for p in limited.sim_providers.values())
+    return {"seed": seed, "cells": len(a), "ended": ended, "throttled": refused,
+            "peak_over_capacity": any(p.peak_inflight > p.capacity for p in limited.sim_providers.values()
+                                      if p.capacity)}

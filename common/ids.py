@@ -46,13 +46,33 @@ def cell_id_for(task: TaskId, repetition: int, subject: SubjectId) -> CellId:
     return CellId(f"{task}/r{repetition}/{subject}")
 
 
-def assignment_id_for(run: RunId, group: GroupId, generation: int) -> AssignmentId:
-    return AssignmentId(f"{run}:{group}:g{generation}")
+def assignment_id_for(run: RunId, group: GroupId, generation: int, epoch: str = "") -> AssignmentId:
+    """`epoch` is the coordinator's restore epoch ("" until its first restore from a backup):
+    a restored coordinator counts generations again from the backup's, so the epoch keeps an
+    id it issues apart from one issued after the backup was taken and lost with the log's tail."""
+    return AssignmentId(f"{run}:{group}:e{epoch}:g{generation}" if epoch else f"{run}:{group}:g{generation}")
 
 
-def attempt_id_for(run: RunId, cell: CellId, dispatch: int) -> AttemptId:
-    """`dispatch` counts the cell's dispatches from 1; with the run id it is unique forever."""
-    return AttemptId(f"{run}:{cell}:a{dispatch}")
+def attempt_id_for(run: RunId, cell: CellId, dispatch: int, epoch: str = "") -> AttemptId:
+    """`dispatch` counts the cell's dispatches from 1; with the run id and the restore epoch
+    it is unique forever."""
+    return AttemptId(f"{run}:{cell}:e{epoch}:a{dispatch}" if epoch else f"{run}:{cell}:a{dispatch}")
+
+
+def cell_of_attempt(run: RunId, attempt_id: str) -> CellId | None:
+    """The cell an attempt id of `run` names (as `attempt_id_for` wrote it), or None when the
+    text is not one: how a restored coordinator reads a result offered for an attempt it
+    never issued."""
+    prefix = f"{run}:"
+    if not attempt_id.startswith(prefix):
+        return None
+    body, sep, number = attempt_id[len(prefix):].rpartition(":a")
+    if not sep or not number.isdigit() or not body:
+        return None
+    cell, sep, epoch = body.rpartition(":e")
+    if sep and cell and epoch.isalnum():
+        body = cell
+    return CellId(body)
 
 
 def sha256_digest(data: bytes) -> Digest:

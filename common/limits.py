@@ -39,6 +39,10 @@ PROVIDERS_PER_RUN_MAX = 64
 # A broken worker (a full disk, a missing tool, a broken container runtime) fails every attempt
 # fast and would claim the whole queue: after this many infrastructure failures in a row while
 # other workers' attempts succeed it is quarantined, probed again after the backoff.
+# Restore from a backup (coordinator/core/machine.py `_coordinator_restored`): the epoch's
+# length, and how long dispatch waits, once every worker is back, for the results they offer.
+EPOCH_CHARS_MAX = 16
+RESTORE_OFFER_WINDOW_MS = 3_000
 QUARANTINE_AFTER_FAILURES_DEFAULT = 5
 QUARANTINE_BACKOFF_MS_DEFAULT = 60_000
 QUARANTINE_BACKOFF_MAX_MS = 3_600_000

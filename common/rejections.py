@@ -54,3 +54,5 @@ class Rejection(enum.IntEnum):
     SPEND_CAP_REACHED = 43  # a recover of a run at its spend cap without a cap above its observed cost
     PROVIDERS_INVALID = 44  # a subject's provider in the spec contradicts the policy's mapping
     WORKER_NOT_QUARANTINED = 45  # a release of a worker that is not quarantined
+    # Issue 23 (restore from a backup).
+    NOT_YET_MEASURED = 46  # an offered result before its worker measured the run on this stream: resend

@@ -52,6 +52,7 @@ class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECTION_REASON_SPEND_CAP_REACHED: _ClassVar[RejectionReason]
     REJECTION_REASON_PROVIDERS_INVALID: _ClassVar[RejectionReason]
     REJECTION_REASON_WORKER_NOT_QUARANTINED: _ClassVar[RejectionReason]
+    REJECTION_REASON_NOT_YET_MEASURED: _ClassVar[RejectionReason]
 
 class Execution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -140,6 +141,7 @@ REJECTION_REASON_ORDER_RUN_OTHER_BENCHMARK: RejectionReason
 REJECTION_REASON_SPEND_CAP_REACHED: RejectionReason
 REJECTION_REASON_PROVIDERS_INVALID: RejectionReason
 REJECTION_REASON_WORKER_NOT_QUARANTINED: RejectionReason
+REJECTION_REASON_NOT_YET_MEASURED: RejectionReason
 EXECUTION_UNSPECIFIED: Execution
 EXECUTION_COMPLETED: Execution
 EXECUTION_SUBJECT_FAILED: Execution

@@ -123,18 +123,20 @@ class Heartbeat(_message.Message):
     def __init__(self, owned_assignment_ids: _Optional[_Iterable[str]] = ..., running_cells: _Optional[int] = ..., outbox_depth: _Optional[int] = ...) -> None: ...
 
 class CellReport(_message.Message):
-    __slots__ = ("run_id", "attempt_id", "assignment_id", "generation", "report")
+    __slots__ = ("run_id", "attempt_id", "assignment_id", "generation", "report", "offered")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
+    OFFERED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     attempt_id: str
     assignment_id: str
     generation: int
     report: _common_pb2.Report
-    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., report: _Optional[_Union[_common_pb2.Report, _Mapping]] = ...) -> None: ...
+    offered: bool
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., report: _Optional[_Union[_common_pb2.Report, _Mapping]] = ..., offered: _Optional[bool] = ...) -> None: ...
 
 class UploadChunk(_message.Message):
     __slots__ = ("upload_id", "attempt_id", "digest", "total_length", "offset", "data", "last")
@@ -223,7 +225,7 @@ class DescribeRunEnvironmentResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., reference: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., worker_keys: _Optional[_Iterable[str]] = ..., pin: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., pinned_by: _Optional[str] = ..., environment_match: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("coordinator_incarnation", "heartbeat_interval_ms", "suspect_after_ms", "expire_after_ms", "worker_credential", "upload_offsets", "protocol_version", "idle_heartbeat_interval_ms")
+    __slots__ = ("coordinator_incarnation", "heartbeat_interval_ms", "suspect_after_ms", "expire_after_ms", "worker_credential", "upload_offsets", "protocol_version", "idle_heartbeat_interval_ms", "coordinator_epoch")
     COORDINATOR_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     SUSPECT_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +234,7 @@ class Welcome(_message.Message):
     UPLOAD_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     IDLE_HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     coordinator_incarnation: int
     heartbeat_interval_ms: int
     suspect_after_ms: int
@@ -240,7 +243,8 @@ class Welcome(_message.Message):
     upload_offsets: _containers.RepeatedCompositeFieldContainer[UploadStatus]
     protocol_version: int
     idle_heartbeat_interval_ms: int
-    def __init__(self, coordinator_incarnation: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., suspect_after_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ..., worker_credential: _Optional[str] = ..., upload_offsets: _Optional[_Iterable[_Union[UploadStatus, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., idle_heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+    coordinator_epoch: str
+    def __init__(self, coordinator_incarnation: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., suspect_after_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ..., worker_credential: _Optional[str] = ..., upload_offsets: _Optional[_Iterable[_Union[UploadStatus, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., idle_heartbeat_interval_ms: _Optional[int] = ..., coordinator_epoch: _Optional[str] = ...) -> None: ...
 
 class CellAssignment(_message.Message):
     __slots__ = ("cell_id", "attempt_id", "subject_id", "dispatch_order")

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LogRecord(_message.Message):
-    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released", "worker_lost", "coordinator_stalled", "worker_quarantined", "worker_probed", "worker_released")
+    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released", "worker_lost", "coordinator_stalled", "worker_quarantined", "worker_probed", "worker_released", "coordinator_restored", "result_offered")
     class RunSubmitted(_message.Message):
         __slots__ = ("run_id", "spec", "policy", "manifest", "worker_keys", "order")
         class ManifestEntry(_message.Message):
@@ -196,6 +196,26 @@ class LogRecord(_message.Message):
         run_id: str
         worker_id: str
         def __init__(self, run_id: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
+    class CoordinatorRestored(_message.Message):
+        __slots__ = ("backup_id", "epoch")
+        BACKUP_ID_FIELD_NUMBER: _ClassVar[int]
+        EPOCH_FIELD_NUMBER: _ClassVar[int]
+        backup_id: str
+        epoch: str
+        def __init__(self, backup_id: _Optional[str] = ..., epoch: _Optional[str] = ...) -> None: ...
+    class ResultOffered(_message.Message):
+        __slots__ = ("worker_id", "attempt_id", "assignment_id", "generation", "report")
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+        ASSIGNMENT_ID_FIELD_NUMBER: _ClassVar[int]
+        GENERATION_FIELD_NUMBER: _ClassVar[int]
+        REPORT_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        attempt_id: str
+        assignment_id: str
+        generation: int
+        report: _common_pb2.Report
+        def __init__(self, worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., generation: _Optional[int] = ..., report: _Optional[_Union[_common_pb2.Report, _Mapping]] = ...) -> None: ...
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     RUN_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +241,8 @@ class LogRecord(_message.Message):
     WORKER_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     WORKER_PROBED_FIELD_NUMBER: _ClassVar[int]
     WORKER_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_RESTORED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_OFFERED_FIELD_NUMBER: _ClassVar[int]
     index: int
     now_ms: int
     run_submitted: LogRecord.RunSubmitted
@@ -246,7 +268,9 @@ class LogRecord(_message.Message):
     worker_quarantined: LogRecord.WorkerQuarantined
     worker_probed: LogRecord.WorkerProbed
     worker_released: LogRecord.WorkerReleased
-    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ..., worker_lost: _Optional[_Union[LogRecord.WorkerLost, _Mapping]] = ..., coordinator_stalled: _Optional[_Union[LogRecord.CoordinatorStalled, _Mapping]] = ..., worker_quarantined: _Optional[_Union[LogRecord.WorkerQuarantined, _Mapping]] = ..., worker_probed: _Optional[_Union[LogRecord.WorkerProbed, _Mapping]] = ..., worker_released: _Optional[_Union[LogRecord.WorkerReleased, _Mapping]] = ...) -> None: ...
+    coordinator_restored: LogRecord.CoordinatorRestored
+    result_offered: LogRecord.ResultOffered
+    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ..., worker_lost: _Optional[_Union[LogRecord.WorkerLost, _Mapping]] = ..., coordinator_stalled: _Optional[_Union[LogRecord.CoordinatorStalled, _Mapping]] = ..., worker_quarantined: _Optional[_Union[LogRecord.WorkerQuarantined, _Mapping]] = ..., worker_probed: _Optional[_Union[LogRecord.WorkerProbed, _Mapping]] = ..., worker_released: _Optional[_Union[LogRecord.WorkerReleased, _Mapping]] = ..., coordinator_restored: _Optional[_Union[LogRecord.CoordinatorRestored, _Mapping]] = ..., result_offered: _Optional[_Union[LogRecord.ResultOffered, _Mapping]] = ...) -> None: ...
 
 class LogEntry(_message.Message):
     __slots__ = ("record", "crc32")

@@ -246,6 +246,34 @@ class WorkerReleased:
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinatorRestored:
+    """The coordinator started on a backup (its data dir holds the BACKUP.json of
+    `fleetctl backup` that no earlier start has taken up): the log's tail after the backup is
+    lost, so every id it issues from now on carries the new `epoch` (drawn by the shell, once,
+    logged here so replay issues the same ids), and dispatch waits for the workers to offer
+    the results they kept (`ResultOffered`)."""
+
+    now_ms: int
+    backup_id: str
+    epoch: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResultOffered:
+    """A worker that saw the coordinator's epoch change offers a result it kept (reported, and
+    maybe acknowledged, before the restore). Known to the coordinator, it is an ordinary
+    report; unknown (lost with the log's tail), it is adopted when its run, cell and
+    environment match and the cell has no selected result, and kept as late evidence if not."""
+
+    now_ms: int
+    worker_id: WorkerId
+    attempt_id: AttemptId
+    assignment_id: AssignmentId
+    generation: int
+    report: Report
+
+
+@dataclass(frozen=True, slots=True)
 class TimeAdvanced:
     now_ms: int
 
@@ -266,6 +294,7 @@ Command = (
     | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
     | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased | WorkerStreamEnded
     | WorkerLost | StreamsAlive | CoordinatorStalled | WorkerQuarantined | WorkerProbed | WorkerReleased
+    | CoordinatorRestored | ResultOffered
 )
 SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked, StreamsAlive)
 

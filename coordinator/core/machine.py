@@ -26,7 +26,7 @@ from dataclasses import replace
 from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
 from common.identity import differences, pin_components
-from common.ids import AssignmentId, WorkerId, assignment_id_for, attempt_id_for, is_digest
+from common.ids import AssignmentId, RunId, WorkerId, assignment_id_for, attempt_id_for, cell_of_attempt, is_digest
 from common.policy import COST_USD_MAX, Policy, group_deadline_for
 from common.rejections import Rejection
 from coordinator.core import commands as c
@@ -243,6 +243,8 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     _refresh_free(state, worker)
     fx.append(Emit("worker_registered", None, worker.worker_id,
                    f"incarnation {worker.incarnation}, {worker.slots} slots, {worker.environment_id}"))
+    if state.restore_hold_until_ms:
+        _restore_worker_back(state, cmd.now_ms)
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
 
@@ -417,23 +419,16 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
                         f"attempt {cmd.attempt_id} belongs to {attempt.assignment_id} generation "
                         f"{attempt.generation}, not {cmd.assignment_id} generation {cmd.generation}")
     report = cmd.report
-    problem = evidence_problem(report)
-    if problem:
-        return rejected(Rejection.INVALID_EVIDENCE, problem)
-    want = expected_status(report)
-    if report.status != want:
-        return rejected(Rejection.STATUS_CONTRADICTS_EVIDENCE,
-                        f"status {report.status.name} but the evidence says {want.name}")
+    problem = _evidence_rejection(report)
+    if problem is not None:
+        return problem
     if attempt.report is not None:
         if attempt.report == report:
             return LATE if attempt.late else DUPLICATE
         return rejected(Rejection.CONFLICTING_REPORT, f"attempt {cmd.attempt_id} already has a different report")
-    for ref in report.artifacts:
-        if ref.digest not in state.artifacts:
-            return rejected(Rejection.ARTIFACT_MISSING, f"artifact {ref.name} ({ref.digest}) is not stored")
-        if state.artifacts[ref.digest] != ref.size_bytes:
-            return rejected(Rejection.INVALID_EVIDENCE,
-                            f"artifact {ref.name} is {state.artifacts[ref.digest]} bytes, not {ref.size_bytes}")
+    problem = _artifacts_rejection(state, report)
+    if problem is not None:
+        return problem
 
     attempt.report = report
     attempt.reported_ms = cmd.now_ms
@@ -479,6 +474,159 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     elif run.subject_providers and state.providers[run.provider_by_subject[cell.subject_id]].effective:
         _fill(state, cmd.now_ms, fx)  # the cell's provider has room again for a waiting group
     return ACCEPTED
+
+
+def _evidence_rejection(report) -> Outcome | None:
+    problem = evidence_problem(report)
+    if problem:
+        return rejected(Rejection.INVALID_EVIDENCE, problem)
+    want = expected_status(report)
+    if report.status != want:
+        return rejected(Rejection.STATUS_CONTRADICTS_EVIDENCE,
+                        f"status {report.status.name} but the evidence says {want.name}")
+    return None
+
+
+def _artifacts_rejection(state: State, report) -> Outcome | None:
+    for ref in report.artifacts:
+        if ref.digest not in state.artifacts:
+            return rejected(Rejection.ARTIFACT_MISSING, f"artifact {ref.name} ({ref.digest}) is not stored")
+        if state.artifacts[ref.digest] != ref.size_bytes:
+            return rejected(Rejection.INVALID_EVIDENCE,
+                            f"artifact {ref.name} is {state.artifacts[ref.digest]} bytes, not {ref.size_bytes}")
+    return None
+
+
+# --- restore from a backup ----------------------------------------------------------------------
+# A coordinator started on a backup has lost its log's tail: what it dispatched after the backup,
+# and the results the workers reported (and it acknowledged) meanwhile. The workers kept those
+# results; each that sees the new epoch in its Welcome offers them again. Dispatch waits (the
+# hold) until every worker the restored state knows has registered again, and a short window
+# more for their offers, or the recovery grace at most: a group whose result is being offered is
+# not run again. Ids issued from now on carry the epoch, so none repeats one issued after the
+# backup.
+
+def _coordinator_restored(state: State, cmd: c.CoordinatorRestored, fx: Fx) -> Outcome:
+    if not cmd.backup_id or len(cmd.backup_id) > limits.ID_CHARS_MAX:
+        return rejected(Rejection.MALFORMED_FRAME, "a restore names no backup, or one too long")
+    if not cmd.epoch.isalnum() or not cmd.epoch.isascii() or len(cmd.epoch) > limits.EPOCH_CHARS_MAX:
+        return rejected(Rejection.MALFORMED_FRAME, f"epoch {cmd.epoch!r} is not 1-{limits.EPOCH_CHARS_MAX} letters or digits")
+    if cmd.backup_id in state.restored_backups:
+        return DUPLICATE
+    if cmd.epoch == state.epoch:
+        return rejected(Rejection.MALFORMED_FRAME, f"epoch {cmd.epoch} is the current one")
+    state.epoch = cmd.epoch
+    state.restored_backups.append(cmd.backup_id)
+    waiting = _restore_waits_for(state)
+    state.restore_hold_until_ms = cmd.now_ms + (_timing(state).recovery_grace_ms if waiting else
+                                                limits.RESTORE_OFFER_WINDOW_MS)
+    state.version += 1
+    fx.append(Emit("coordinator_restored", None, "",
+                   f"restored from backup {cmd.backup_id}: epoch {cmd.epoch}; dispatch waits for "
+                   f"{waiting} workers to come back and offer the results they kept"))
+    return ACCEPTED
+
+
+def _restore_waits_for(state: State) -> int:
+    """Workers of the restored state not yet registered since the restore (nor expired or gone)."""
+    return sum(1 for w in state.workers.values()
+               if w.status not in (WorkerStatus.EXPIRED, WorkerStatus.GONE) and w.registered_ms < state.recovered_ms)
+
+
+def _restore_worker_back(state: State, now: int) -> None:
+    """A worker registered during the hold: once every one is back, their offers get a window."""
+    if now < state.restore_hold_until_ms and not _restore_waits_for(state):
+        state.restore_hold_until_ms = min(state.restore_hold_until_ms, now + limits.RESTORE_OFFER_WINDOW_MS)
+
+
+def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
+    attempt = state.attempts.get(cmd.attempt_id)
+    if attempt is not None and (attempt.report is not None or state.assignments[attempt.assignment_id].authoritative):
+        # Not lost: an ordinary report (most often a duplicate of one the backup holds).
+        return _cell_reported(state, c.CellReported(cmd.now_ms, cmd.worker_id, cmd.attempt_id, cmd.assignment_id,
+                                                    cmd.generation, cmd.report), fx)
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return _unknown_worker(cmd.worker_id)
+    run = state.runs.get(RunId(cmd.attempt_id.partition(":")[0]))
+    if run is None:
+        return _unknown_run(cmd.attempt_id.partition(":")[0])
+    cell_id = cell_of_attempt(run.run_id, cmd.attempt_id)
+    cell = run.cells.get(cell_id) if cell_id is not None else None
+    if cell is None:
+        return rejected(Rejection.UNKNOWN_CELL, f"attempt {cmd.attempt_id} names no cell of run {run.run_id}")
+    group = run.groups[cell.group_index]
+    if not cmd.assignment_id.startswith(f"{run.run_id}:{group.group_id}:"):
+        return rejected(Rejection.GENERATION_MISMATCH,
+                        f"attempt {cmd.attempt_id} is not of assignment {cmd.assignment_id}")
+    known = state.assignments.get(cmd.assignment_id)
+    if known is not None and (known.worker_id != cmd.worker_id or known.generation != cmd.generation):
+        return rejected(Rejection.GENERATION_MISMATCH,
+                        f"assignment {cmd.assignment_id} is another worker's or generation's")
+    if attempt is not None and attempt.assignment_id != cmd.assignment_id:
+        return rejected(Rejection.GENERATION_MISMATCH, f"attempt {cmd.attempt_id} is of {attempt.assignment_id}")
+    report = cmd.report
+    problem = _evidence_rejection(report) or _artifacts_rejection(state, report)
+    if problem is not None:
+        return problem
+    if run.pin is not None and run.run_id not in worker.fits:
+        return rejected(Rejection.NOT_YET_MEASURED,
+                        f"worker {cmd.worker_id} has not measured run {run.run_id} on this stream yet")
+    adopt = cell.selected is None and is_selectable(report) and _serves(run, worker)
+    if attempt is None:  # issued after the backup: lost with the log's tail
+        run.dispatches += 1
+        attempt = state.attempts[cmd.attempt_id] = AttemptState(
+            cmd.attempt_id, run.run_id, cell.cell_id, cmd.assignment_id, cmd.generation, worker.worker_id,
+            run.dispatches, report.started_ms or cmd.now_ms)
+        if known is None:
+            state.assignments[cmd.assignment_id] = AssignmentState(
+                cmd.assignment_id, run.run_id, group.index, cmd.generation, worker.worker_id, (cmd.attempt_id,),
+                report.started_ms or cmd.now_ms, 0, authoritative=False, ended_ms=cmd.now_ms,
+                ended_reason="issued before a restore")
+        else:
+            known.attempts += (cmd.attempt_id,)
+        cell.attempts.append(cmd.attempt_id)
+        if not adopt:
+            cell.forgiven += 1  # evidence only: it counts against nothing
+    # else: dispatched before the backup, its report lost; its assignment was released at the
+    # worker's return (not held), so it counted as a lost attempt already.
+    attempt.report = report
+    attempt.reported_ms = cmd.now_ms
+    attempt.lost = False
+    attempt.late = not adopt
+    attempt.recovered = True
+    state.version += 1
+    if report.cost_usd is not None:
+        run.observed_cost_usd += report.cost_usd
+    if not adopt:
+        run.late_reports += 1
+        why = ("the cell has a selected result" if cell.selected is not None else
+               "the worker does not serve the run's environment" if not _serves(run, worker) else
+               f"not selectable ({report.status.name})")
+        fx.append(Emit("late_report", run.run_id, cmd.attempt_id, f"offered after a restore, kept as evidence: {why}"))
+        return LATE
+    cell.selected = cmd.attempt_id
+    run.selected_cells += 1
+    run.subject_selected_ms[cell.subject_id] = cmd.now_ms
+    counts = state.soft.cell_counts.get(run.run_id)
+    if counts is not None and group.status == GroupStatus.ASSIGNED:
+        counts.running -= 1
+    fx.append(Emit("cell_selected", run.run_id, cell.cell_id,
+                   f"score {report.score}; recovered from worker {worker.worker_id} after a restore"))
+    if group.status == GroupStatus.WAITING and not _pending_cells(run, group):
+        _unqueue(run, group.index)
+        _settle_or_wait(state, run, group, cmd.now_ms, fx)
+    _spend_check(state, run, fx)
+    return ACCEPTED
+
+
+def _unqueue(run: RunState, index: int) -> None:
+    """Take a waiting group out of the ready heap or the backoff heap."""
+    for heap in (run.ready, run.backoff):
+        kept = [e for e in heap if (run.ready_group(e) if heap is run.ready else e[1]) != index]
+        if len(kept) != len(heap):
+            heap[:] = kept
+            heapq.heapify(heap)
 
 
 def _spend_check(state: State, run: RunState, fx: Fx) -> None:
@@ -1313,8 +1461,9 @@ def _exhausted_detail(run: RunState, cell: CellState) -> str:
 
 
 def _fill(state: State, now: int, fx: Fx) -> None:
-    """Dispatch waiting groups onto free slots, run by run in submission order."""
-    if not state.free_workers:
+    """Dispatch waiting groups onto free slots, run by run in submission order; none while a
+    restore's hold lasts (the workers are offering what they kept)."""
+    if not state.free_workers or now < state.restore_hold_until_ms:
         return
     for run in state.runs.values():
         if run.settled or run.paused or run.blocked_reason:
@@ -1406,11 +1555,11 @@ def _dispatch(state: State, run: RunState, group: GroupState, worker: WorkerStat
     if run.pin is None:
         _pin(state, run, worker, now, fx)
     group.generation += 1
-    aid = assignment_id_for(run.run_id, group.group_id, group.generation)
+    aid = assignment_id_for(run.run_id, group.group_id, group.generation, state.epoch)
     task_id, repetition = run.spec.group_key(group.index)
     cells: list[CellDispatch] = []
     for cell in pending:
-        tid = attempt_id_for(run.run_id, cell.cell_id, len(cell.attempts) + 1)
+        tid = attempt_id_for(run.run_id, cell.cell_id, len(cell.attempts) + 1, state.epoch)
         assert tid not in state.attempts, f"attempt id {tid} reused"
         run.dispatches += 1
         state.attempts[tid] = AttemptState(tid, run.run_id, cell.cell_id, aid, group.generation,
@@ -1473,6 +1622,8 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.WorkerQuarantined: _durable(_worker_quarantined),
     c.WorkerProbed: _durable(_worker_probed),
     c.WorkerReleased: _durable(_worker_released),
+    c.CoordinatorRestored: _durable(_coordinator_restored),
+    c.ResultOffered: _durable(_result_offered),
     c.WorkerSuspected: _durable(_worker_suspected),
     c.WorkerResumed: _durable(_worker_resumed),
     c.WorkerExpired: _durable(_worker_expired),

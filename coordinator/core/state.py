@@ -101,6 +101,9 @@ class AttemptState:
     reported_ms: int = 0
     late: bool = False  # reported after its assignment was superseded: evidence only
     lost: bool = False  # its assignment ended without a report
+    # Issued by the coordinator before a restore and lost with its log's tail; offered again
+    # by the worker that kept its result (`ResultOffered`), which is its provenance.
+    recovered: bool = False
 
 
 @fast_pickle
@@ -324,6 +327,12 @@ class State:
     recovered_ms: int = 0
     recovery_grace_ms: int = 0
     providers: dict[str, ProviderState] = field(default_factory=dict)
+    # The restore epoch: "" until the first restore from a backup, then the epoch drawn at the
+    # latest; every assignment and attempt id issued carries it (common/ids.py).
+    epoch: str = ""
+    restored_backups: list[str] = field(default_factory=list)  # BACKUP.json ids taken up, in order
+    # After a restore, dispatch waits until then for the workers to offer what they kept.
+    restore_hold_until_ms: int = 0
     version: int = 0  # bumped by every durable change; tells `step` whether to log
     soft: Soft = field(default_factory=Soft)
 
@@ -388,7 +397,7 @@ def durable_view(state: State) -> dict:
                         for a in state.assignments.values()},
         "attempts": {t.attempt_id: [t.run_id, t.cell_id, t.assignment_id, t.generation, t.worker_id,
                                     t.dispatch_order, t.dispatched_ms, report_view(t.report), t.reported_ms,
-                                    t.late, t.lost]
+                                    t.late, t.lost, *([True] if t.recovered else [])]
                      for t in state.attempts.values()},
         "artifacts": dict(state.artifacts),
         "free_workers": list(state.free_workers),
@@ -396,6 +405,9 @@ def durable_view(state: State) -> dict:
         # entries are popped lazily by ticks that are not logged, so they are left out.
         "slots_active": state.slots_active,
         "recovered": [state.recovered_ms, state.recovery_grace_ms],
+        # Only once restored: fingerprints of logs from before restores stay what they were.
+        **({"restored": [state.epoch, list(state.restored_backups), state.restore_hold_until_ms]}
+           if state.restored_backups else {}),
         # Providers that are named or have throttled; the unnamed default before any throttling
         # is left out, so that the fingerprints of logs from before providers stay what they were.
         **({"providers": {p.name: [p.effective, p.declared, p.running, p.peak_running, p.throttled,

@@ -147,6 +147,18 @@ def _case_coordinator_stalled():
     return k, c.CoordinatorStalled(10, 20_000), OutcomeKind.ACCEPTED
 
 
+def _case_coordinator_restored():
+    k = _one_run_one_worker()
+    return k, c.CoordinatorRestored(10, "backup-1", "e1"), OutcomeKind.ACCEPTED
+
+
+def _case_result_offered():
+    k = _one_run_one_worker()
+    aid = k.held("w1")[0]
+    tid = k.attempts_of(aid)[0]
+    return k, c.ResultOffered(10, WorkerId("w1"), tid, aid, 1, OK), OutcomeKind.ACCEPTED
+
+
 def _quarantined_worker():
     from tests.unit.test_core_quarantine import black_hole_beside_a_healthy_worker
     k = black_hole_beside_a_healthy_worker()
@@ -245,6 +257,8 @@ ONE_OF_EACH = {
     c.ClockTicked: _case_clock_ticked,
     c.CoordinatorRecovered: _case_coordinator_recovered,
     c.CoordinatorStalled: _case_coordinator_stalled,
+    c.CoordinatorRestored: _case_coordinator_restored,
+    c.ResultOffered: _case_result_offered,
     c.WorkerQuarantined: _case_worker_quarantined,
     c.WorkerProbed: _case_worker_probed,
     c.WorkerReleased: _case_worker_released,

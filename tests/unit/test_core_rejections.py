@@ -330,6 +330,17 @@ def _contradiction(name: str, report: Report, status: Status) -> Case:
 
 DIGEST = sha256_digest(b"x")
 
+def _offered_before_measured():
+    """A restore lost a reported attempt; its worker is back but has not measured the run."""
+    from tests.unit.test_core_restore import _restored, _run_to_backup_and_on
+    k, backup, after = _run_to_backup_and_on()
+    r = _restored(k, backup)
+    r.auto_measure = False
+    r.register("w1", slots=2)
+    o = after[0]
+    return r, c.ResultOffered(r.now, o.worker_id, o.attempt_id, o.assignment_id, o.generation, o.report)
+
+
 CASES: list[Case] = [
     # unknown things
     Case("pause an unknown run", Rejection.UNKNOWN_RUN, on_fresh_run(lambda k: c.RunPaused(k.now, NO_RUN))),
@@ -455,6 +466,8 @@ CASES: list[Case] = [
     Case("recover with a cap that is not a number", Rejection.SPEC_INVALID, _at_spend_cap(math.nan)),
     Case("release a worker that is not quarantined", Rejection.WORKER_NOT_QUARANTINED,
          on_fresh_run(lambda k: c.WorkerReleased(k.now, WorkerId("w1")))),
+    Case("a result offered after a restore before the worker measured the run", Rejection.NOT_YET_MEASURED,
+         _offered_before_measured),
     Case("a stall of negative length", Rejection.MALFORMED_FRAME,
          on_fresh_run(lambda k: c.CoordinatorStalled(k.now, -1))),
     Case("recover a run that is not paused", Rejection.RUN_NOT_PAUSED,

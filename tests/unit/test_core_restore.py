@@ -1,0 +1,216 @@
+"""A coordinator restored from a backup loses its log's tail, not the results its workers kept:
+the core takes a restore up once (a new epoch that every id issued afterwards carries), holds
+dispatch until the workers it knows are back and have offered what they kept, adopts an offered
+result whose run and cell match and whose cell has none (so that cell is not paid for again),
+keeps every other offer as evidence that counts against nothing, and refuses malformed offers
+and restores with a typed reason that changes nothing."""
+from __future__ import annotations
+
+import copy
+
+from common import limits
+from common.ids import attempt_id_for, cell_of_attempt
+from common.rejections import Rejection
+from coordinator.core import commands as c
+from coordinator.core.effects import ACCEPTED, DUPLICATE, LATE, OutcomeKind
+from coordinator.core.invariants import Monitor
+from coordinator.core.state import GroupStatus, durable_fingerprint
+from tests.unit.core_helpers import OK, UNKNOWN, Core, make_policy, make_spec, pushes
+
+TASKS = 6
+
+
+def _kept(k: Core, aid) -> list[c.ResultOffered]:
+    """What a worker keeps of an assignment once its reports are acknowledged."""
+    a = k.state.assignments[aid]
+    return [c.ResultOffered(0, a.worker_id, tid, aid, a.generation, k.attempt(tid).report) for tid in a.attempts]
+
+
+def _finish(k: Core, aid) -> list[c.ResultOffered]:
+    kept = _kept(k, aid)
+    for t in k.report_all(aid, OK):
+        assert t.outcome.ok
+    return [c.ResultOffered(0, o.worker_id, o.attempt_id, o.assignment_id, o.generation, OK) for o in kept]
+
+
+def _restored(k: Core, log: list, *, backup_id: str = "b1", epoch: str = "e1") -> Core:
+    """A coordinator started on a backup whose log is `log`, at `k`'s time."""
+    r = Core(k.spec, k.policy, submit=False)
+    r.log = list(log)
+    r.state = r.replay()
+    r.now = k.now + 1_000  # the restore comes later than anything the backup holds
+    r.monitor = Monitor()
+    assert r.apply(c.CoordinatorRecovered(r.now)).outcome.ok
+    t = r.apply(c.CoordinatorRestored(r.now, backup_id, epoch))
+    assert t.outcome == ACCEPTED, t.outcome
+    return r
+
+
+def _tick(r: Core, ms: int):
+    """Time passes with every registered worker heard from."""
+    r.advance(ms)
+    for wid in list(r.state.workers):
+        r.heartbeat(wid)
+    return r.tick()
+
+
+def _complete(r: Core) -> None:
+    for _ in range(200):
+        if r.run.settled:
+            return
+        for a in [a for a in r.state.assignments.values() if a.authoritative]:
+            r.report_all(a.assignment_id, OK)
+        _tick(r, limits.RESTORE_OFFER_WINDOW_MS)
+    raise AssertionError("the run did not settle")
+
+
+def _offer(r: Core, o: c.ResultOffered):
+    return r.apply(c.ResultOffered(r.now, o.worker_id, o.attempt_id, o.assignment_id, o.generation, o.report))
+
+
+def _run_to_backup_and_on(**policy) -> tuple[Core, list, list[c.ResultOffered]]:
+    """Two groups done before the backup, two done after it (acknowledged, then lost)."""
+    k = Core(make_spec(tasks=TASKS, subjects=1), make_policy(**policy))
+    k.register("w1", slots=2)
+    for aid in k.held("w1"):
+        _finish(k, aid)
+    backup = list(k.log)
+    after: list[c.ResultOffered] = []
+    for aid in k.held("w1"):
+        after.extend(_finish(k, aid))
+    assert k.run.selected_cells == 4
+    return k, backup, after
+
+
+def test_a_restore_adopts_what_workers_kept_and_runs_only_the_rest_under_a_new_epoch():
+    k, backup, after = _run_to_backup_and_on()
+    r = _restored(k, backup)
+    assert r.run.selected_cells == 2 and r.state.epoch == "e1"
+    # The worker is back: dispatch waits for its offers (the window), so nothing is pushed yet.
+    t = r.register("w1", slots=2, incarnation=1)
+    assert t.outcome.ok and pushes(t) == []
+    assert r.now < r.state.restore_hold_until_ms <= r.now + limits.RESTORE_OFFER_WINDOW_MS
+    for o in after:
+        t = _offer(r, o)
+        assert t.outcome == ACCEPTED, t.outcome
+        assert r.attempt(o.attempt_id).recovered and r.cell(cell_of_attempt(r.run_id, o.attempt_id)).selected == o.attempt_id
+    assert r.run.selected_cells == 4
+    assert sum(g.status == GroupStatus.SETTLED for g in r.run.groups) == 4
+    # The window over, only the two groups nobody ran are dispatched, with ids of the new epoch.
+    pushed = []
+    for _ in range(100):  # the window, then the retry backoff of the groups released at the return
+        pushed = pushes(_tick(r, limits.RESTORE_OFFER_WINDOW_MS))
+        if pushed:
+            break
+    assert len(pushed) == 2
+    for p in pushed:
+        assert ":ee1:g" in p.assignment_id
+        assert all(":ee1:a" in cell.attempt_id for cell in p.cells)
+    _complete(r)
+    assert r.run.settled and r.run.selected_cells == TASKS
+    adopted = {o.attempt_id for o in after}
+    for cell in r.run.cells.values():
+        if cell.selected in adopted:
+            assert cell.attempts == [cell.selected], "an adopted cell ran again"
+    r.assert_replays()
+
+
+def test_an_offer_for_a_cell_with_a_result_is_evidence_that_counts_against_nothing():
+    k, backup, after = _run_to_backup_and_on()
+    r = _restored(k, backup)
+    r.register("w1", slots=2)
+    _complete(r)  # the lost groups ran again before their offers came
+    before = {cid: (list(cell.attempts), cell.selected) for cid, cell in r.run.cells.items()}
+    for o in after:
+        t = _offer(r, o)
+        assert t.outcome == LATE, t.outcome
+        cid = cell_of_attempt(r.run_id, o.attempt_id)
+        cell = r.cell(cid)
+        assert cell.selected == before[cid][1] and r.attempt(o.attempt_id).late
+        assert r.run.attempts_left(cell) or cell.selected is not None
+    assert r.run.late_reports == len(after)
+    r.assert_replays()
+
+
+def test_an_offer_the_coordinator_still_knows_is_an_ordinary_report():
+    k, backup, after = _run_to_backup_and_on()
+    o = after[0]
+    t = k.apply(c.ResultOffered(k.now, o.worker_id, o.attempt_id, o.assignment_id, o.generation, o.report))
+    assert t.outcome == DUPLICATE
+
+
+def test_a_failed_attempt_offered_is_kept_as_evidence_not_counted():
+    k = Core(make_spec(tasks=2, subjects=1), make_policy())
+    k.register("w1", slots=1)
+    backup = list(k.log)
+    aid = k.held("w1")[0]
+    tid = k.attempts_of(aid)[0]
+    k.report(tid, UNKNOWN)
+    r = _restored(k, backup)
+    r.register("w1", slots=1)
+    t = r.apply(c.ResultOffered(r.now, "w1", tid, aid, 1, UNKNOWN))
+    assert t.outcome == LATE
+    cell = r.cell(cell_of_attempt(r.run_id, tid))
+    assert cell.selected is None and r.run.attempts_left(cell)
+    r.assert_replays()
+
+
+def test_bad_offers_and_restores_are_refused_and_change_nothing():
+    k, backup, after = _run_to_backup_and_on()
+    r = _restored(k, backup)
+    r.register("w1", slots=2)
+    o = after[0]
+    cases = [
+        (c.ResultOffered(r.now, "nobody", o.attempt_id, o.assignment_id, o.generation, OK), Rejection.UNKNOWN_WORKER),
+        (c.ResultOffered(r.now, "w1", "run-0000000000000000:t0/r0/s0:a1", o.assignment_id, 1, OK),
+         Rejection.UNKNOWN_RUN),
+        (c.ResultOffered(r.now, "w1", f"{r.run_id}:no-such-cell:a9", o.assignment_id, 1, OK), Rejection.UNKNOWN_CELL),
+        (c.ResultOffered(r.now, "w1", f"{r.run_id}:garbage", o.assignment_id, 1, OK), Rejection.UNKNOWN_CELL),
+        (c.ResultOffered(r.now, "w1", o.attempt_id, f"{r.run_id}:other/r0:g1", 1, OK), Rejection.GENERATION_MISMATCH),
+        (c.CoordinatorRestored(r.now, "", "e2"), Rejection.MALFORMED_FRAME),
+        (c.CoordinatorRestored(r.now, "b2", "not an epoch"), Rejection.MALFORMED_FRAME),
+        (c.CoordinatorRestored(r.now, "b2", "e1"), Rejection.MALFORMED_FRAME),
+    ]
+    for cmd, reason in cases:
+        before = durable_fingerprint(r.state)
+        t = r.apply(cmd)
+        assert t.outcome.kind == OutcomeKind.REJECTED and t.outcome.rejection == reason, (cmd, t.outcome)
+        assert durable_fingerprint(r.state) == before
+    assert r.apply(c.CoordinatorRestored(r.now, "b1", "e9")).outcome == DUPLICATE  # taken up once
+
+
+def test_an_offer_before_the_worker_measured_the_run_is_asked_again():
+    k, backup, after = _run_to_backup_and_on()
+    r = _restored(k, backup)
+    r.auto_measure = False
+    r.register("w1", slots=2)
+    t = _offer(r, after[0])
+    assert t.outcome.kind == OutcomeKind.REJECTED and t.outcome.rejection == Rejection.NOT_YET_MEASURED
+    r.measure("w1")
+    assert _offer(r, after[0]).outcome == ACCEPTED
+
+
+def test_the_hold_ends_by_the_recovery_grace_when_a_worker_never_comes_back():
+    k, backup, _after = _run_to_backup_and_on(recovery_grace_ms=60_000)
+    k.register("w2", slots=1)
+    r = _restored(k, k.log[:len(backup)] + [x for x in k.log[len(backup):] if isinstance(x, c.WorkerRegistered)])
+    r.register("w1", slots=2)
+    assert r.state.restore_hold_until_ms > r.now + limits.RESTORE_OFFER_WINDOW_MS  # w2 is awaited
+    hold = r.state.restore_hold_until_ms
+    assert not pushes(_tick(r, hold - 1 - r.now))
+    assert any(pushes(_tick(r, 1000)) for _ in range(100)), "dispatch resumes once the grace is over"
+
+
+def test_two_restores_of_one_backup_never_issue_the_same_id():
+    k, backup, _after = _run_to_backup_and_on()
+    seen: set[str] = set()
+    for epoch in ("a1", "b2"):
+        r = _restored(copy.deepcopy(k), backup, backup_id="b1", epoch=epoch)
+        r.register("w1", slots=2)
+        _complete(r)
+        issued = {tid for tid in r.state.attempts if f":e{epoch}:" in tid}
+        assert issued and not issued & seen
+        seen |= issued
+    assert attempt_id_for(k.run_id, "t/r0/s", 1, "x9") == f"{k.run_id}:t/r0/s:ex9:a1"
+    assert cell_of_attempt(k.run_id, f"{k.run_id}:t/r0/s:ex9:a1") == "t/r0/s"
+    assert cell_of_attempt(k.run_id, f"{k.run_id}:t/r0/s:a12") == "t/r0/s"

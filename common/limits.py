@@ -203,6 +203,13 @@ WORKER_RECORD_BYTES_MAX = MESSAGE_BYTES_MAX
 FINISHED_ASSIGNMENTS_KEPT_MAX = 10_000
 # Dead letters keep their artifact files for an operator; the oldest go first past this.
 DEAD_LETTERS_MAX = 10_000
+# What a worker keeps of the reports its coordinator acknowledged, to offer them again if that
+# coordinator is restored from a backup that lacks them (worker/outbox.py `kept`): the oldest go
+# first past any of the three bounds. Acknowledged reports are small (a few KiB) but name their
+# artifacts, which stay on disk while kept.
+KEPT_REPORTS_MS_DEFAULT = 3 * 24 * 3600_000
+KEPT_REPORTS_BYTES_DEFAULT = 1 << 30
+KEPT_REPORTS_MAX = 100_000
 ARTIFACT_COPY_CHUNK_BYTES = 1 << 20
 
 assert WORKER_STATE_MAP_BYTES >= 8 * WORKER_RECORD_BYTES_MAX, "the map holds several records"

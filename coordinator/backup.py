@@ -17,8 +17,10 @@ Rules, in order:
 4. Then the admin and enrollment tokens and the worker credentials (mode 0600): a coordinator
    started on the backup accepts the same workers and operators. Credentials are copied after
    the log, so they may hold enrollments newer than it; never fewer.
-5. `BACKUP.json` records what the backup holds. Restore = start `fleet-coordinator --data-dir`
-   on the backup directory (or a copy of it).
+5. `BACKUP.json` records what the backup holds and names it (`backup_id`). Restore = start
+   `fleet-coordinator --data-dir` on the backup directory (or a copy of it): the first start
+   there finds a backup id its log has not taken up and logs a CoordinatorRestored, a new
+   epoch (`backup_to_take_up`); the workers then offer back what the backup lacks.
 
 One backup at a time per process. Destination problems are the operator's (`BackupError`);
 they never stop the coordinator, whose own store is only read.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -123,7 +126,8 @@ def _take(store: Store, artifacts: ArtifactStore, data_dir: Path, dest: Path) ->
         report = BackupReport(str(dest), last_index, len(state.runs), len(state.artifacts), artifact_bytes,
                               wal_bytes, copy_ms, 0)
         report = BackupReport(**{**asdict(report), "total_ms": int((time.monotonic() - started) * 1000)})
-        manifest = {**asdict(report), "format": "fleet-backup-1",
+        # The id a coordinator started on this backup takes up once (CoordinatorRestored).
+        manifest = {**asdict(report), "format": "fleet-backup-1", "backup_id": secrets.token_hex(8),
                     "restore": "fleet-coordinator --data-dir THIS_DIRECTORY"}
         _write_durably(partial / MANIFEST_FILE, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(),
                        0o644)
@@ -178,3 +182,21 @@ def _write_durably(path: Path, data: bytes, mode: int) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def backup_to_take_up(data_dir: Path, taken: list[str]) -> str | None:
+    """The id of the backup `data_dir` was restored from, when no start on it has taken that
+    backup up yet (`taken`: the state's `restored_backups`); None for a data dir that is no
+    backup, or one already taken up. A backup written before ids were (no `backup_id`) is
+    named by its log position."""
+    path = data_dir / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise BackupError(f"{path} is not a backup manifest: {e}") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != "fleet-backup-1":
+        raise BackupError(f"{path} is not a fleet backup manifest (format {manifest.get('format') if isinstance(manifest, dict) else None!r})")
+    backup_id = str(manifest.get("backup_id") or f"index-{manifest.get('last_index', 0)}")
+    return None if backup_id in taken else backup_id

@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import secrets
 import signal
 import sys
 import time
@@ -27,6 +28,7 @@ from common.notify import Notifier
 from coordinator.actor import Actor, recover_with_time
 from coordinator.artifacts import ArtifactStore
 from coordinator.collector import Collector
+from coordinator.backup import BackupError, backup_to_take_up
 from coordinator.auth import TokenBook, ensure_token_file, read_token_file
 from coordinator.config import Config, ConfigFileError, is_loopback, parse, print_config
 from coordinator.core import commands as c
@@ -148,6 +150,11 @@ async def serve(cfg: Config, store: Store) -> int:
 async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.AbstractEventLoop) -> int:
     notifier.status("recovering: replaying the log")
     state, index, last_now_ms = recover_with_time(store)
+    try:
+        restored_from = backup_to_take_up(cfg.data_dir, state.restored_backups)
+    except BackupError as e:
+        print(f"fleet-coordinator: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     admin_token, enroll_token = load_tokens(cfg)
     tokens = TokenBook(cfg.data_dir, admin_token, enroll_token)
     artifacts = ArtifactStore(cfg.data_dir / "artifacts")
@@ -167,6 +174,13 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
     actor.start()
     # Committed before READY=1: "ready" means recovered, on disk, and bound.
     await submit(actor, make=lambda now: c.CoordinatorRecovered(now))
+    if restored_from is not None:
+        # Started on a backup: the log's tail after it is lost. A new epoch keeps the ids issued
+        # from now on apart from those issued after the backup; the workers offer back the results.
+        epoch = secrets.token_hex(4)
+        await submit(actor, make=lambda now: c.CoordinatorRestored(now, restored_from, epoch))
+        log.warning("coordinator_restored", backup_id=restored_from, epoch=epoch,
+                    detail="started on a backup: dispatch waits for the workers to offer the results they kept")
 
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection

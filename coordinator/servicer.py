@@ -371,7 +371,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             return
         if credential:  # an fsync: off the event loop, shared by the enrollments that arrive together
             await asyncio.to_thread(self.tokens.commit_enrollment, wid, credential)
-        interval, suspect, expire = await submit(self.actor, query=views.timing)
+        interval, suspect, expire, epoch = await submit(self.actor, query=views.welcome)
         # Transport liveness (for a worker holding no group: core `_streams_alive`) only where
         # the transport notices a dead idle peer before the policy would expire a silent one;
         # otherwise the worker keeps beating every interval as before.
@@ -393,7 +393,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         session.welcome(coordinator_pb2.CoordinatorFrame(welcome=coordinator_pb2.Welcome(
             coordinator_incarnation=self.incarnation, heartbeat_interval_ms=interval, suspect_after_ms=suspect,
             expire_after_ms=expire, worker_credential=credential, upload_offsets=offsets,
-            protocol_version=codec.PROTOCOL_VERSION, idle_heartbeat_interval_ms=idle_ms)))
+            protocol_version=codec.PROTOCOL_VERSION, idle_heartbeat_interval_ms=idle_ms,
+            coordinator_epoch=epoch)))
         log.info("session_open", worker_id=wid, incarnation=hello.incarnation, slots=hello.slots,
                  environment_id=hello.environment_id, owned=len(cmd_owned), buffered=len(cmd_buffered),
                  enrolled=bool(credential))
@@ -510,8 +511,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             attempt_id = AttemptId(codec.require_id(r.attempt_id, "attempt_id"))
             assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
             generation = r.generation
-            self._ack_after(session, seq, lambda now: c.CellReported(now, wid, attempt_id, assignment_id,
-                                                                     generation, report), refill=True)
+            if r.offered:
+                self._offered(session, seq, r, report)
+            else:
+                self._ack_after(session, seq, lambda now: c.CellReported(now, wid, attempt_id, assignment_id,
+                                                                         generation, report), refill=True)
         elif kind == "report_batch":
             self._report_batch(session, seq, frame.report_batch.reports)
         elif kind == "upload_chunk":
@@ -554,6 +558,15 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
         return out
 
+    def _offered(self, session: Session, seq: int, r: Any, report: Any) -> None:
+        """A result the worker kept and offers again after the coordinator's epoch changed."""
+        wid = WorkerId(session.worker_id)
+        attempt_id = AttemptId(codec.require_id(r.attempt_id, "attempt_id"))
+        assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
+        generation = r.generation
+        self._ack_after(session, seq, lambda now: c.ResultOffered(now, wid, attempt_id, assignment_id,
+                                                                  generation, report), refill=True)
+
     def _report_batch(self, session: Session, first_seq: int, reports: Any) -> None:
         """Every report of the batch in one actor request, so one group commit; each is acked
         on its own seq after that commit. A report that does not decode is refused alone."""
@@ -575,6 +588,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
                 assignment_id = require_id(r.assignment_id, "assignment_id")
             except FrameError as e:
                 self._ack(session, seq, rejected(e.rejection, e.detail))
+                continue
+            if r.offered:  # a result offered after a restore is a command of its own
+                self._offered(session, seq, r, report)
                 continue
             seqs.append(seq)
             rows.append((attempt_id, assignment_id, r.generation, report))  # type: ignore[arg-type]
@@ -703,7 +719,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         if len(u.data) > limits.CHUNK_BYTES_MAX:
             raise FrameError(Rejection.MESSAGE_TOO_LARGE, f"chunk of {len(u.data)} bytes exceeds {limits.CHUNK_BYTES_MAX}")
         if attempt_id not in session.attempts_owned:
-            owner = await submit(self.actor, query=lambda s: views.attempt_owner(s, attempt_id))
+            owner = await submit(self.actor, query=lambda s: views.attempt_owner(s, attempt_id, session.worker_id))
             if owner is None:
                 raise FrameError(Rejection.UNKNOWN_ATTEMPT, f"attempt {attempt_id} was never dispatched")
             if owner != session.worker_id:

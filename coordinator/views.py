@@ -14,7 +14,7 @@ from typing import Any
 
 from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
 from common.identity import manifest_id
-from common.ids import RunId
+from common.ids import RunId, cell_of_attempt
 from coordinator.core.machine import liveness_policy
 from coordinator.core.state import GroupState, RunState, State, WorkerStatus
 from coordinator.core.summary import IncompleteCell, SelectedResult, Tally, run_counts, run_state, visit_cell
@@ -27,9 +27,10 @@ RUN_STATES = {"running": admin_pb2.RUN_STATE_RUNNING, "paused": admin_pb2.RUN_ST
               "incomplete": admin_pb2.RUN_STATE_INCOMPLETE}
 
 
-def timing(state: State) -> tuple[int, int, int]:
+def welcome(state: State) -> tuple[int, int, int, str]:
+    """What a Welcome tells a worker of the coordinator: its liveness timing and its epoch."""
     p = liveness_policy(state)
-    return p.heartbeat_interval_ms, p.suspect_after_ms, p.expire_after_ms
+    return p.heartbeat_interval_ms, p.suspect_after_ms, p.expire_after_ms, state.epoch
 
 
 def status(state: State, run_id: str | None, now_ms: int, view: int = admin_pb2.WORKERS_VIEW_ALL,
@@ -336,6 +337,15 @@ def attempts_page(state: State, run_id: RunId, at: Position, items_max: int, byt
     return _walk(state, run_id, at, items_max, bytes_max, Tally(), _attempts_visit)
 
 
-def attempt_owner(state: State, attempt_id: str) -> str | None:
+def attempt_owner(state: State, attempt_id: str, worker_id: str = "") -> str | None:
+    """The worker an attempt was dispatched to. After a restore, an attempt the coordinator
+    does not know but that names a cell of a known run (issued before the restore, lost with
+    the log's tail) is `worker_id`'s to upload for: its result is offered again."""
     attempt = state.attempts.get(attempt_id)
-    return None if attempt is None else attempt.worker_id
+    if attempt is not None:
+        return attempt.worker_id
+    if state.epoch and worker_id:
+        run = state.runs.get(attempt_id.partition(":")[0])
+        if run is not None and cell_of_attempt(run.run_id, attempt_id) in run.cells:
+            return worker_id
+    return None

@@ -42,6 +42,13 @@ from common.tomlconfig import (
     resolve,
 )
 
+# What the outbox keeps of acknowledged reports (common/limits.py KEPT_REPORTS_*): three days, 1 GiB.
+KEEP_REPORTED_HOURS_DEFAULT = 72
+KEEP_REPORTED_MB_DEFAULT = 1024
+# A cell's report and artifacts, and the executor's scratch, need room on the state dir's file
+# system; below this much free space the worker starts no new cell and says so (a full disk that
+# failed every attempt at once exhausted a run in seconds).
+MIN_FREE_MB_DEFAULT = 64
 # A drain waits this long for running groups by default: one typical cell budget (5 min).
 DRAIN_TIMEOUT_S_DEFAULT = 300
 # After the groups of a drain settle, the outbox gets this long to be acknowledged; a
@@ -118,6 +125,11 @@ class WorkerConfig:
     metrics_listen: str = ""
     retry_refused: bool = False  # keep reconnecting with backoff after a permanent refusal
     notify: NotifySettings = field(default_factory=NotifySettings)  # from the environment only
+    # Acknowledged reports kept to offer again to a coordinator restored from a backup.
+    keep_reported_hours: int = KEEP_REPORTED_HOURS_DEFAULT
+    keep_reported_mb: int = KEEP_REPORTED_MB_DEFAULT
+    # Below this much free space in the state dir's file system no new cell starts.
+    min_free_mb: int = MIN_FREE_MB_DEFAULT
 
     def __post_init__(self) -> None:
         if not self.worker_id or len(self.worker_id) > ID_CHARS_MAX:
@@ -213,6 +225,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", STRING, "Log level of the JSON log on stderr.", default="info", choices=LOG_LEVELS),
     Setting("metrics_listen", STRING, "HOST:PORT of the Prometheus metrics endpoint; empty: no endpoint.",
             default="", metavar="HOST:PORT"),
+    Setting("keep_reported_hours", INTEGER, "How long reports the coordinator acknowledged are kept (with their "
+            "artifacts), to offer again to a coordinator restored from a backup; 0 keeps none.",
+            default=KEEP_REPORTED_HOURS_DEFAULT, minimum=0, metavar="H"),
+    Setting("keep_reported_mb", INTEGER, "At most this much of acknowledged reports and their artifacts is kept "
+            "(the oldest go first).", default=KEEP_REPORTED_MB_DEFAULT, minimum=0, metavar="MB"),
+    Setting("min_free_mb", INTEGER, "Start no new cell while the state dir's file system has less free space than "
+            "this (a cell whose result could not be kept); resume when it has.", default=MIN_FREE_MB_DEFAULT,
+            minimum=0, metavar="MB"),
     Setting("retry_refused", BOOLEAN, "Keep reconnecting with backoff when the coordinator refuses this worker "
             "for good (bad token, stale incarnation, old protocol) instead of exiting 77.", default=False),
 )
@@ -295,6 +315,9 @@ def config_from(r: Resolved, environ: Mapping[str, str], pid: int) -> WorkerConf
         log_level=v["log_level"],
         metrics_listen=v["metrics_listen"],
         retry_refused=v["retry_refused"],
+        keep_reported_hours=v["keep_reported_hours"],
+        keep_reported_mb=v["keep_reported_mb"],
+        min_free_mb=v["min_free_mb"],
         environ=MappingProxyType(dict(environ)),
         notify=settings_from_environ(environ, pid),
     )

@@ -127,11 +127,13 @@ async def run_worker(config: WorkerConfig, *, install_signals: bool = True) -> i
     returns the process exit code. Reusable from tests and `fleetctl local` (with
     `install_signals=False` when not on the main thread)."""
     from worker.identity import worker_identity
-    from worker.outbox import OutboxStorageError, StateError, WorkerState
+    from worker.outbox import Keeping, OutboxStorageError, StateError, WorkerState
     from worker.session import Ended, Refused, WorkerSession
 
     try:
-        state = await asyncio.to_thread(WorkerState.open, config.state_dir, worker_id=config.worker_id)
+        keeping = Keeping(ms=config.keep_reported_hours * 3600_000, bytes=config.keep_reported_mb << 20)
+        state = await asyncio.to_thread(WorkerState.open, config.state_dir, worker_id=config.worker_id,
+                                        keeping=keeping)
     except StateError as e:
         log.error("cannot open the state directory", problem=str(e))
         return EXIT_FAILURE if isinstance(e, OutboxStorageError) else EXIT_OPERATOR

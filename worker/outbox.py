@@ -3,7 +3,11 @@
 Rules. A finished cell is never lost: its artifact files are copied into a content-addressed
 store and made durable (file fsync, rename, directory fsync) before one LMDB transaction
 records the report that references them, and `put_report` returns only after that commit.
-An entry leaves the outbox only by `ack` (or `dead_letter`, which keeps it aside). Every
+An entry leaves the outbox only by `ack` (or `dead_letter`, which keeps it aside). An
+acknowledged entry is kept, with its files, for a retention window bounded in age, bytes and
+count (`kept`): a coordinator restored from a backup may have lost it with its log's tail, and
+`begin_epoch` puts every kept entry back in the outbox, to offer again, when the coordinator's
+epoch changes. Every
 artifact file is referenced by a count kept in the same transaction as the entries; files
 are deleted only after the commit that drops their last reference, so a crash can leave an
 unreferenced file or a temporary file behind, never an entry without its file, and `open`
@@ -54,6 +58,9 @@ from common.durable import fsync_dir as _fsync_dir
 from common.evidence import ArtifactRef
 from common.ids import DIGEST_PREFIX, AssignmentId, AttemptId, Digest, WorkerId, is_digest
 from common.limits import (
+    KEPT_REPORTS_BYTES_DEFAULT,
+    KEPT_REPORTS_MAX,
+    KEPT_REPORTS_MS_DEFAULT,
     ARTIFACT_BYTES_MAX,
     ARTIFACT_COPY_CHUNK_BYTES,
     ARTIFACTS_PER_REPORT_MAX,
@@ -72,6 +79,7 @@ __all__ = [
     "ArtifactTooLarge",
     "AssignmentConflict",
     "DeadLetter",
+    "Keeping",
     "OutboxConflict",
     "OutboxEntry",
     "OutboxFull",
@@ -89,16 +97,18 @@ _DBS = (
     b"meta",  # format, incarnation, worker_id, sequence counters
     b"outbox",  # u64 seq -> entry record (pending, in replay order)
     b"dead",  # u64 seq -> dead-letter record (the entry's own seq, never reused)
-    b"by_attempt",  # sha256(attempt id) -> state byte (P pending, D dead) + u64 seq
+    b"by_attempt",  # sha256(attempt id) -> state byte (P pending, D dead, K kept) + u64 seq
     b"refs",  # digest (ascii) -> u64 number of references from pending and dead entries
     b"assign",  # u64 seq -> assignment record (active, in insertion order)
     b"assign_by_id",  # sha256(assignment id) -> u64 seq
     b"finished",  # u64 counter -> assignment id (bounded ring of finished ids)
     b"finished_by_id",  # sha256(assignment id) -> u64 counter
+    b"kept",  # u64 seq -> acknowledged entry record + u64 acked_ms (in put order)
 )
 
 _PENDING = b"P"
 _DEAD = b"D"
+_KEPT = b"K"
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 
@@ -227,6 +237,36 @@ def _decode_dead(seq: int, data: bytes) -> DeadLetter:
     return DeadLetter(_decode_entry(seq, entry), reason.decode(), _U64.unpack(at)[0])
 
 
+def _encode_kept(e: OutboxEntry, acked_ms: int) -> bytes:
+    return _pack(b"K1", _encode_entry(e), _U64.pack(acked_ms))
+
+
+def _decode_kept(seq: int, data: bytes) -> tuple[OutboxEntry, int]:
+    tag, entry, at = _unpack(data)
+    assert tag == b"K1", f"unknown kept record tag {tag!r}"
+    return _decode_entry(seq, entry), _U64.unpack(at)[0]
+
+
+def _kept_bytes(e: OutboxEntry) -> int:
+    """What a kept entry costs the disk: its record and its files (a file two entries share
+    counts twice: the bound errs towards keeping less)."""
+    return len(e.payload) + sum(a.size_bytes for a in e.artifacts)
+
+
+@dataclass(frozen=True, slots=True)
+class Keeping:
+    """How much of what the coordinator acknowledged a worker keeps, to offer again after a
+    restore: the oldest entry goes first past any bound; all zero keeps nothing."""
+
+    ms: int = KEPT_REPORTS_MS_DEFAULT
+    bytes: int = KEPT_REPORTS_BYTES_DEFAULT
+    entries: int = KEPT_REPORTS_MAX
+
+    @property
+    def anything(self) -> bool:
+        return self.ms > 0 and self.bytes > 0 and self.entries > 0
+
+
 def _id_key(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
@@ -318,13 +358,14 @@ class WorkerState:
     which also orders artifact placement and garbage collection against each other."""
 
     def __init__(self, state_dir: Path, lock_fd: int, env: lmdb.Environment, incarnation: int,
-                 entries_max: int) -> None:
+                 entries_max: int, keeping: Keeping = Keeping()) -> None:
         self.state_dir = state_dir
         self._lock_fd: int | None = lock_fd
         self._env: lmdb.Environment | None = env
         self._db = {name.decode(): env.open_db(name) for name in _DBS}
         self._incarnation = incarnation
         self._entries_max = entries_max
+        self.keeping = keeping
         self._write_lock = threading.Lock()
         self._db_path = state_dir / "db"
         self._cas_dir = state_dir / "artifacts" / "sha256"
@@ -344,6 +385,7 @@ class WorkerState:
         worker_id: WorkerId | None = None,
         map_bytes: int = WORKER_STATE_MAP_BYTES,
         entries_max: int = OUTBOX_ENTRIES_MAX,
+        keeping: Keeping = Keeping(),
     ) -> WorkerState:
         """Lock, open, count this incarnation, sweep leftovers, and bind `worker_id` if given.
 
@@ -374,7 +416,7 @@ class WorkerState:
                 raise _storage_error(state_dir / "db", "open the state database", exc) from exc
             try:
                 incarnation = cls._begin_incarnation(env, state_dir)
-                state = cls(state_dir, lock_fd, env, incarnation, entries_max)
+                state = cls(state_dir, lock_fd, env, incarnation, entries_max, keeping)
             except BaseException:
                 env.close()
                 raise
@@ -826,11 +868,15 @@ class WorkerState:
         )
 
     def _lookup(self, txn: lmdb.Transaction, key: bytes) -> OutboxEntry | None:
-        """The pending or dead entry stored under an attempt key."""
+        """The pending or dead entry stored under an attempt key (a kept one is forgotten
+        here: put again, an attempt is reported again)."""
         raw = txn.get(key, db=self._db["by_attempt"])
         if raw is None:
             return None
         state, seq = raw[:1], raw[1:]
+        if state == _KEPT:
+            self._drop_kept(txn, seq)
+            return None
         if state == _PENDING:
             return _decode_entry(_U64.unpack(seq)[0], txn.get(seq, db=self._db["outbox"]))
         assert state == _DEAD, f"unknown attempt state {state!r}"
@@ -889,8 +935,84 @@ class WorkerState:
         entry = _decode_entry(_U64.unpack(seq)[0], txn.get(seq, db=self._db["outbox"]))
         assert entry.attempt_id == attempt_id, "attempt id hash collision"
         txn.delete(seq, db=self._db["outbox"])
-        txn.delete(key, db=self._db["by_attempt"])
-        return True, self._drop_refs(txn, entry.artifacts)
+        if not self.keeping.anything:
+            txn.delete(key, db=self._db["by_attempt"])
+            return True, self._drop_refs(txn, entry.artifacts)
+        now = time.time_ns() // 1_000_000
+        txn.put(seq, _encode_kept(entry, now), db=self._db["kept"])
+        txn.put(key, _KEPT + seq, db=self._db["by_attempt"])
+        self._add_kept_bytes(txn, _kept_bytes(entry))
+        return True, self._prune_kept(txn, now)
+
+    # -- kept: what the coordinator acknowledged, for a restore --------------------------
+
+    def _add_kept_bytes(self, txn: lmdb.Transaction, delta: int) -> int:
+        raw = txn.get(b"kept_bytes", db=self._db["meta"])
+        value = max(0, (_U64.unpack(raw)[0] if raw else 0) + delta)
+        txn.put(b"kept_bytes", _U64.pack(value), db=self._db["meta"])
+        return value
+
+    def _drop_kept(self, txn: lmdb.Transaction, seq: bytes) -> list[Digest]:
+        entry, _ = _decode_kept(_U64.unpack(seq)[0], txn.get(seq, db=self._db["kept"]))
+        txn.delete(seq, db=self._db["kept"])
+        txn.delete(_id_key(entry.attempt_id), db=self._db["by_attempt"])
+        self._add_kept_bytes(txn, -_kept_bytes(entry))
+        return self._drop_refs(txn, entry.artifacts)
+
+    def _prune_kept(self, txn: lmdb.Transaction, now_ms: int) -> list[Digest]:
+        """Drop the oldest kept entries past the age, byte and count bounds."""
+        freed: list[Digest] = []
+        k = self.keeping
+        raw = txn.get(b"kept_bytes", db=self._db["meta"])
+        total = _U64.unpack(raw)[0] if raw else 0
+        count = txn.stat(self._db["kept"])["entries"]
+        cur = txn.cursor(db=self._db["kept"])
+        while count and cur.first():
+            entry, acked_ms = _decode_kept(_U64.unpack(cur.key())[0], cur.value())
+            if count <= k.entries and total <= k.bytes and now_ms - acked_ms <= k.ms:
+                break
+            freed += self._drop_kept(txn, cur.key())
+            total -= _kept_bytes(entry)
+            count -= 1
+        return freed
+
+    def kept(self) -> list[tuple[OutboxEntry, int]]:
+        """Acknowledged entries still kept, with when each was acknowledged, oldest first."""
+        with self._read() as txn:
+            return [_decode_kept(_U64.unpack(k)[0], v) for k, v in txn.cursor(db=self._db["kept"])]
+
+    @property
+    def offer_below_seq(self) -> int:
+        """Pending entries below this seq are offers: they were put back by `begin_epoch`."""
+        with self._read() as txn:
+            raw = txn.get(b"offer_below", db=self._db["meta"])
+        return _U64.unpack(raw)[0] if raw else 0
+
+    def begin_epoch(self, epoch: str) -> int:
+        """The coordinator's epoch as its Welcome says. When it differs from the last one seen
+        (a restore from a backup), every kept entry goes back to the outbox, in its old place,
+        to be offered again (entries below `offer_below_seq`); returns how many. The epoch is
+        recorded in the same transaction."""
+        with self._write_lock, self._write("record the coordinator's epoch") as txn:
+            meta = self._db["meta"]
+            raw = txn.get(b"epoch", db=meta)
+            if raw is not None and raw.decode() == epoch:
+                return 0
+            txn.put(b"epoch", epoch.encode(), db=meta)
+            if raw is None and not epoch:
+                return 0  # the first coordinator this directory meets, never restored
+            moved = 0
+            cur = txn.cursor(db=self._db["kept"])
+            for k, v in list(cur):
+                entry, _ = _decode_kept(_U64.unpack(k)[0], v)
+                txn.put(k, _encode_entry(entry), db=self._db["outbox"])
+                txn.put(_id_key(entry.attempt_id), _PENDING + k, db=self._db["by_attempt"])
+                txn.delete(k, db=self._db["kept"])
+                moved += 1
+            txn.put(b"kept_bytes", _U64.pack(0), db=meta)
+            seq_raw = txn.get(b"outbox_seq", db=meta)
+            txn.put(b"offer_below", _U64.pack((_U64.unpack(seq_raw)[0] if seq_raw else 0) + 1), db=meta)
+            return moved
 
     def dead_letter(self, attempt_id: AttemptId, reason: str, *, now_ms: int | None = None) -> bool:
         """Set a pending entry aside with its reason, so it no longer blocks the queue.
@@ -1100,6 +1222,7 @@ class WorkerState:
                        for k, v in txn.cursor(db=self._db["outbox"])]
             entries += [_decode_dead(_U64.unpack(k)[0], v).entry
                         for k, v in txn.cursor(db=self._db["dead"])]
+            entries += [_decode_kept(_U64.unpack(k)[0], v)[0] for k, v in txn.cursor(db=self._db["kept"])]
             counted = {k.decode(): _U64.unpack(v)[0] for k, v in txn.cursor(db=self._db["refs"])}
         expected: dict[str, int] = {}
         for e in entries:

@@ -116,7 +116,9 @@ _UPLOAD_RESTARTABLE = frozenset({
     common_pb2.REJECTION_REASON_CHUNK_OUT_OF_RANGE,
 })
 # "Nothing was changed, resend": the coordinator's disk is full or its actor is overloaded.
-_TRANSIENT = frozenset({common_pb2.REJECTION_REASON_STORAGE_FULL})
+# Asked to send again later: the coordinator's disk is full, or a result offered after a
+# restore came before this worker measured the run on the stream.
+_TRANSIENT = frozenset({common_pb2.REJECTION_REASON_STORAGE_FULL, common_pb2.REJECTION_REASON_NOT_YET_MEASURED})
 
 log = structlog.get_logger("worker.session")
 
@@ -395,6 +397,7 @@ class WorkerSession:
         self.reports_acked = 0
         self.groups_finished = 0
         self.connected = False  # a stream is open and welcomed
+        self._offer_below = 0  # outbox entries below this seq are offered after a restore
         self.welcomed = asyncio.Event()  # set at the first Welcome (sd_notify READY=1)
 
     # ---- control --------------------------------------------------------------------------
@@ -704,9 +707,16 @@ class WorkerSession:
         s.report_batches = welcome.protocol_version >= REPORT_BATCH_PROTOCOL_VERSION
         s.completion_by_reports = welcome.protocol_version >= COMPLETION_BY_REPORTS_PROTOCOL_VERSION
         self._idle_heartbeat_s = welcome.idle_heartbeat_interval_ms / 1000 if s.report_batches else 0.0
+        # Before the pump reads the outbox: a coordinator restored from a backup (its epoch
+        # changed) gets back every report this worker kept, as offers (outbox.begin_epoch).
+        offered = await asyncio.to_thread(self._state.begin_epoch, welcome.coordinator_epoch)
+        self._offer_below = self._state.offer_below_seq
+        if offered:
+            self._log.warning("coordinator restored from a backup: offering again the reports it acknowledged",
+                              epoch=welcome.coordinator_epoch, offered=offered)
         self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,
                        heartbeat_interval_ms=interval_ms, outbox_depth=self._state.depth,
-                       held=len(self._held))
+                       held=len(self._held), epoch=welcome.coordinator_epoch)
         self.connected = True
         self.welcomed.set()
 
@@ -1003,7 +1013,9 @@ class WorkerSession:
                 await self._dead_letter(s, entry, str(e))
                 return
             sends += 1
-            ack = await s.request("cell_report", codec.cell_report_frame(entry.payload, entry.artifacts))
+            frame = codec.cell_report_frame(entry.payload, entry.artifacts)
+            frame.offered = entry.seq < self._offer_below
+            ack = await s.request("cell_report", frame)
             if ack.outcome in (_ACCEPTED, _DUPLICATE, _LATE):
                 # Logged first: a stream cut while the outbox removes the entry must not leave
                 # an acknowledged report without its line (operators and tests read it).

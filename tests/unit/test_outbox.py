@@ -19,6 +19,7 @@ from common.ids import AssignmentId, AttemptId, WorkerId
 from worker.outbox import (
     ArtifactTooLarge,
     AssignmentConflict,
+    Keeping,
     OutboxConflict,
     OutboxFull,
     OutboxStorageError,
@@ -27,6 +28,7 @@ from worker.outbox import (
     WorkerState,
 )
 
+NOTHING_KEPT = Keeping(0, 0, 0)
 REPO = Path(__file__).resolve().parents[2]
 A1, A2, A3 = AttemptId("run-x:t/r0/s:a1"), AttemptId("run-x:t/r0/s:a2"), AttemptId("run-x:t/r1/s:a1")
 G1 = AssignmentId("run-x:t/r0:g1")
@@ -39,7 +41,7 @@ def state_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def state(state_dir: Path):
-    s = WorkerState.open(state_dir)
+    s = WorkerState.open(state_dir, keeping=NOTHING_KEPT)  # an ack removes (test_outbox_kept.py keeps)
     yield s
     s.close()
 
@@ -290,7 +292,7 @@ def test_credential_is_private_and_atomic(state: WorkerState, state_dir: Path) -
 
 def test_torn_temp_files_and_unreferenced_artifacts_are_swept_on_open(state_dir: Path,
                                                                      tmp_path: Path) -> None:
-    with WorkerState.open(state_dir) as s:
+    with WorkerState.open(state_dir, keeping=NOTHING_KEPT) as s:
         kept = s.put_report(A1, G1, b"r", [("log", write(tmp_path, "a", b"kept"))])
         gone = s.put_report(A2, G1, b"r", [("log", write(tmp_path, "b", b"gone"))])
         gone_path = s.artifact_path(gone.artifacts[0].digest)
@@ -304,7 +306,7 @@ def test_torn_temp_files_and_unreferenced_artifacts_are_swept_on_open(state_dir:
     gone_path.write_bytes(gone_bytes)
     cred_tmp = state_dir / ".credential.x1.tmp"
     cred_tmp.write_text("partial")
-    with WorkerState.open(state_dir) as s:
+    with WorkerState.open(state_dir, keeping=NOTHING_KEPT) as s:
         assert not torn.exists() and not gone_path.exists() and not cred_tmp.exists()
         assert s.pending() == [kept] and s.check(rehash=True) == []
 

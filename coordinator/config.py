@@ -38,6 +38,7 @@ PROGRAM = "fleet-coordinator"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ADMIN_TOKEN_NAME = "admin.token"
 ENROLL_TOKEN_NAME = "enroll.token"
+VIEWER_TOKEN_NAME = "viewer.token"
 TLS_KEY_NAME = "tls.key"
 
 SETTINGS: tuple[Setting, ...] = (
@@ -70,6 +71,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", STRING, "Log level of the JSON log on stderr.", default="info", choices=LOG_LEVELS),
     Setting("metrics_listen", STRING, "HOST:PORT of the Prometheus metrics endpoint; empty: no endpoint.",
             default="", metavar="HOST:PORT"),
+    Setting("http_listen", STRING, "HOST:PORT of the live web console (coordinator/console/; port 0 picks one, "
+            "written to DATA_DIR/http.addr); empty: no console. TLS with tls_cert and tls_key as the gRPC port; "
+            "plaintext off loopback needs insecure.", default="", metavar="HOST:PORT"),
+    Setting("viewer_token_file", PATH, "The console's read-only viewer token; re-read on SIGHUP.",
+            default_text="viewer.token beside the admin token file (created, mode 0600, when missing)",
+            metavar="FILE"),
 )
 
 
@@ -89,6 +96,8 @@ class Config:
     log_level: str = "info"
     tls_client_ca: Path | None = None
     metrics_listen: str = ""
+    http_listen: str = ""
+    viewer_token_file: Path | None = None  # None: viewer.token beside the admin token, created when missing
     # From the environment only (systemd), never from the file or flags.
     notify: NotifySettings = field(default_factory=NotifySettings)
 
@@ -99,6 +108,10 @@ class Config:
     @property
     def enroll_token_path(self) -> Path:
         return self.enroll_token_file or self.data_dir / ENROLL_TOKEN_NAME
+
+    @property
+    def viewer_token_path(self) -> Path:
+        return self.viewer_token_file or self.admin_token_path.parent / VIEWER_TOKEN_NAME
 
 
 def split_host_port(target: str) -> tuple[str, int] | None:
@@ -160,6 +173,8 @@ def config_from(r: Resolved, environ: Mapping[str, str], pid: int) -> Config:
         raise r.error("listen", f"must be HOST:PORT, got {v['listen']!r}")
     if v["metrics_listen"] and split_host_port(v["metrics_listen"]) is None:
         raise r.error("metrics_listen", f"must be HOST:PORT or empty, got {v['metrics_listen']!r}")
+    if v["http_listen"] and split_host_port(v["http_listen"]) is None:
+        raise r.error("http_listen", f"must be HOST:PORT or empty, got {v['http_listen']!r}")
     if bool(v["tls_cert"]) != bool(v["tls_key"]):
         given = "tls_cert" if v["tls_cert"] else "tls_key"
         raise r.error(given, "tls_cert and tls_key go together: give both, or neither")
@@ -168,19 +183,23 @@ def config_from(r: Resolved, environ: Mapping[str, str], pid: int) -> Config:
     for key in ("tls_cert", "tls_key", "tls_client_ca"):
         if v[key] is not None and not Path(v[key]).is_file():
             raise r.error(key, f"{v[key]} is not a readable file")
-    for key in ("admin_token_file", "enroll_token_file"):
+    for key in ("admin_token_file", "enroll_token_file", "viewer_token_file"):
         if r.origin[key] is not None and not Path(v[key]).is_file():
             raise r.error(key, f"{v[key]} is not a readable file (only the default paths in DATA_DIR are "
                                "created when missing)")
     if not v["tls_cert"] and not v["insecure"] and not is_loopback(v["listen"]):
         raise r.error("listen", f"refusing plaintext on {v['listen']}: give tls_cert and tls_key, "
                                 "or insecure = true (--insecure) to accept the risk")
+    if v["http_listen"] and not v["tls_cert"] and not v["insecure"] and not is_loopback(v["http_listen"]):
+        raise r.error("http_listen", f"refusing a plaintext console on {v['http_listen']}: give tls_cert and "
+                                     "tls_key, or insecure = true (--insecure) to accept the risk")
     return Config(
         data_dir=Path(v["data_dir"]), listen=v["listen"], admin_token_file=v["admin_token_file"],
         enroll_token_file=v["enroll_token_file"], tls_cert=v["tls_cert"], tls_key=v["tls_key"],
         insecure=v["insecure"], map_size_mb=v["map_size_mb"], snapshot_every=v["snapshot_every"],
         tick_ms=v["tick_ms"], gc_full_every_s=v["gc_full_every_s"], log_level=v["log_level"], tls_client_ca=v["tls_client_ca"],
-        metrics_listen=v["metrics_listen"], notify=settings_from_environ(environ, pid))
+        metrics_listen=v["metrics_listen"], http_listen=v["http_listen"], viewer_token_file=v["viewer_token_file"],
+        notify=settings_from_environ(environ, pid))
 
 
 def parse(argv: Sequence[str] | None, environ: Mapping[str, str], pid: int) -> tuple[Config, Resolved, bool]:

@@ -189,9 +189,9 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
     incarnation = time.time_ns() // 1_000_000
     add_coordinator_to_server(CoordinatorServicer(actor, hub, tokens, artifacts, incarnation, metrics,
                                                   client_identity=cfg.tls_client_ca is not None), server)
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(actor, hub, tokens, artifacts, store=store,
-                                                              data_dir=cfg.data_dir, incarnation=incarnation),
-                                               server)
+    admin_servicer = AdminServicer(actor, hub, tokens, artifacts, store=store, data_dir=cfg.data_dir,
+                                   incarnation=incarnation)
+    admin_pb2_grpc.add_AdminServicer_to_server(admin_servicer, server)
     health_servicer = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name,
@@ -227,6 +227,12 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
              enroll_token_file=str(cfg.enroll_token_path), notify=notifier.enabled,
              watchdog_interval_s=notifier.watchdog_interval_s)
 
+    console = None
+    if cfg.http_listen:  # the live console (coordinator/console/), in this event loop
+        from coordinator.console.server import start_console
+
+        console = await start_console(cfg, admin_servicer, tokens, admin_token, incarnation)
+
     collector = Collector(full_every_s=cfg.gc_full_every_s,
                           on_pause=lambda generation, s: metrics.gc_pause.labels(str(generation)).observe(s))
     collector.install()
@@ -239,20 +245,23 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
             sampler = tg.create_task(_sample_metrics(actor, hub, metrics))
         supervisor = tg.create_task(_supervise(notifier, actor, hub)) if notifier.enabled else None
         beating = tg.create_task(_beat(actor, health_servicer, names[:2] + ("",)))
+        feeding = tg.create_task(console.feed.run()) if console is not None else None
         notifier.ready(await status_line(actor, hub))
 
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, lambda: _reload_tokens(cfg, tokens, notifier))
+        loop.add_signal_handler(signal.SIGHUP, lambda: _reload_tokens(cfg, tokens, notifier, console))
         await stop.wait()
         notifier.stopping("stopping: draining sessions and the actor")
         log.info("shutting_down")
-        for task in (sampler, supervisor, collecting, beating):
+        for task in (sampler, supervisor, collecting, beating, feeding):
             if task is not None:
                 task.cancel()
     for name in names[:2] + ("",):
         await _set_health(health_servicer, name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    if console is not None:
+        await console.stop()
     await server.stop(SHUTDOWN_GRACE_S)
     await asyncio.to_thread(actor.stop)
     collector.uninstall()
@@ -295,10 +304,15 @@ async def _set_health(servicer: object, name: str, status: int) -> None:
         await result
 
 
-def _reload_tokens(cfg: Config, tokens: TokenBook, notifier: Notifier) -> None:
+def _reload_tokens(cfg: Config, tokens: TokenBook, notifier: Notifier, console: object = None) -> None:
     """SIGHUP: the token files again; a failure keeps the tokens in force and says why."""
     try:
-        tokens.reload(*load_tokens(cfg))
+        admin_token, enroll_token = load_tokens(cfg)
+        tokens.reload(admin_token, enroll_token)
+        if console is not None:  # its viewer token too; every console session ends
+            from coordinator.console.server import load_viewer_token
+
+            console.reload(admin_token, load_viewer_token(cfg))  # type: ignore[attr-defined]
     except (OSError, ValueError) as e:
         log.error("tokens_reload_failed", error=str(e))
         notifier.status(f"token reload failed, old tokens kept: {e}")

@@ -628,7 +628,9 @@ def render_providers(providers: list[dict]) -> str:
             f'<th>last throttled</th></tr></thead><tbody>{rows}</tbody></table></section>')
 
 
-def render_incomplete(cells: list[dict]) -> tuple[str, int]:
+def render_incomplete(cells: list[dict], rows_max: int | None = None) -> tuple[str, int]:
+    """The reasons, counted, and a row per incomplete cell (the first `rows_max` of them, when
+    given: the console pages the rest)."""
     rows = [c for c in cells if c["state"] != "selected"]
     reasons: dict[str, int] = {}
     for c in rows:
@@ -637,20 +639,23 @@ def render_incomplete(cells: list[dict]) -> tuple[str, int]:
         return ('<p id="no-incomplete" data-cells-incomplete="0">Every cell has a selected result.</p>', 0)
     summary = "".join(f'<li data-reason="{esc(r)}" data-count="{n}"><b>{n}</b> {esc(r)}</li>'
                       for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-    has_detail = any(c.get("incomplete_detail") for c in rows)
+    shown = rows if rows_max is None else rows[:rows_max]
+    has_detail = any(c.get("incomplete_detail") for c in shown)
     body = "".join(
         f'<tr data-cell-id="{esc(c["cell_id"])}" data-reason="{esc(c.get("incomplete_reason") or c["state"])}">'
         f'<td>{esc(c["cell_id"])}</td><td>{esc(c["task"])}</td><td class="n">{esc(c["repetition"])}</td>'
         f'<td>{esc(c["subject"])}</td><td>{esc(c.get("incomplete_reason") or c["state"])}</td>'
         f'<td class="n">{esc(c.get("attempts"))}</td>'
         + (f'<td>{esc(c.get("incomplete_detail"))}</td>' if has_detail else "") + "</tr>"
-        for c in rows)
+        for c in shown)
     head = ("<tr><th>cell</th><th>task</th><th>rep</th><th>subject</th><th>reason</th><th>attempts</th>"
             + ("<th>last report said</th>" if has_detail else "") + "</tr>")
     return (f'<p class="note">Incomplete cells are not counted as zero: they have no score.</p>'
             f'<ul id="incomplete-reasons" class="reasons">{summary}</ul>'
             f'<table id="incomplete-cells" data-cells-incomplete="{len(rows)}"><thead>{head}</thead>'
-            f'<tbody>{body}</tbody></table>', len(rows))
+            f'<tbody>{body}</tbody></table>'
+            + (f'<p class="note" id="incomplete-more" data-more="{len(rows) - len(shown)}">and {len(rows) - len(shown)} '
+               'more (the cells table pages them)</p>' if len(shown) < len(rows) else ""), len(rows))
 
 
 CSS = """
@@ -732,31 +737,20 @@ def _spend_fact(summary: dict, run: dict) -> str:
             f' data-cap-reached="{"true" if cap and observed >= cap else "false"}">{text}</dd>')
 
 
-def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
-    """The whole page; pure (see the module rules)."""
+def render_overview(results: dict, status: dict, timeline: list[dict], lanes: Lanes, tstats: dict,
+                    n_subjects: int) -> str:
+    """The run's counts and facts (state, spend, concurrency, dispatch order, extra evidence):
+    the top of the report and of the console's run page."""
     cells = results["cells"]
     summary = results["summary"]
     runs = status.get("runs") or []
     run = runs[0] if len(runs) == 1 else {}
-    run_id = run.get("run_id") or ""
-    subject_order: dict[str, int] = {}
-    for c in cells:
-        subject_order.setdefault(c["subject"], len(subject_order))
-    lanes = layout(timeline, status, subject_order)
-    timeline_html, tstats = render_timeline(lanes, int(summary.get("late_reports") or 0))
-    scores_html, n_subjects = render_scores(cells, summary.get("score_range"))
-    incomplete_html, n_incomplete = render_incomplete(cells)
     n_selected = sum(1 for c in cells if c["state"] == "selected")
+    n_incomplete = len(cells) - n_selected
     retried_cells = sum(1 for c in cells if (c.get("attempts") or 0) > 1)
     attempts_total = sum(c.get("attempts") or 0 for c in cells)
     workers_drawn = sum(1 for w in lanes.workers if w[3])
     extra = {k: sum(1 for e in timeline if e["kind"] == k) for k in KINDS if k != "selected"}
-    hidden = max(0, attempts_total - sum(1 for e in timeline if e.get("worker_id")))
-    if hidden:
-        timeline_html += (f'<p class="note" id="attempts-not-drawn" data-attempts="{hidden}">{hidden} of '
-                          f'{attempts_total} attempts are not drawn: the admin API lists only the selected attempt '
-                          f'of each cell, so earlier attempts of retried cells and the attempts of incomplete cells '
-                          f'are missing (pass them with <code>--attempts FILE</code>).</p>')
     state = summary.get("state") or run.get("state") or "unspecified"
     blocked = summary.get("blocked_reason") or ""
     paused = (run.get("pause_reason") or "") if state == "paused" else ""
@@ -789,6 +783,45 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
                 f'{extra["late"]} late, {extra["lost"]} lost attempts (not selected)</dd>'
                 if any(extra.values()) else "")
              + "</dl>")
+    return f'<ul class="counts">{counts_html}</ul>{facts}'
+
+
+def render_timeline_section(results: dict, timeline: list[dict], lanes: Lanes, tstats: dict,
+                            timeline_html: str) -> str:
+    """The timeline and what it could not draw."""
+    cells = results["cells"]
+    attempts_total = sum(c.get("attempts") or 0 for c in cells)
+    hidden = max(0, attempts_total - sum(1 for e in timeline if e.get("worker_id")))
+    if hidden:
+        timeline_html += (f'<p class="note" id="attempts-not-drawn" data-attempts="{hidden}">{hidden} of '
+                          f'{attempts_total} attempts are not drawn: the admin API lists only the selected attempt '
+                          f'of each cell, so earlier attempts of retried cells and the attempts of incomplete cells '
+                          f'are missing (pass them with <code>--attempts FILE</code>).</p>')
+    return f'<section id="timeline"><h2>Timeline per worker slot</h2>{timeline_html}</section>'
+
+
+SCORES_NOTE = ('<p class="note">Means over selected cells only; 95% intervals are cluster-robust by task '
+               '(repetitions of a task are not independent samples), Student\'s t with tasks − 1 degrees of '
+               'freedom.</p>')
+
+
+def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
+    """The whole page; pure (see the module rules)."""
+    cells = results["cells"]
+    summary = results["summary"]
+    runs = status.get("runs") or []
+    run = runs[0] if len(runs) == 1 else {}
+    run_id = run.get("run_id") or ""
+    subject_order: dict[str, int] = {}
+    for c in cells:
+        subject_order.setdefault(c["subject"], len(subject_order))
+    lanes = layout(timeline, status, subject_order)
+    timeline_html, tstats = render_timeline(lanes, int(summary.get("late_reports") or 0))
+    scores_html, n_subjects = render_scores(cells, summary.get("score_range"))
+    incomplete_html, n_incomplete = render_incomplete(cells)
+    n_selected = sum(1 for c in cells if c["state"] == "selected")
+    workers_drawn = sum(1 for w in lanes.workers if w[3])
+    state = summary.get("state") or run.get("state") or "unspecified"
     title = f"fleet report {run_id}".strip()
     return (
         "<!DOCTYPE html>\n"
@@ -801,11 +834,9 @@ def render_html(results: dict, status: dict, timeline: list[dict]) -> str:
         f'data-timeline-mode="{lanes.mode}" data-late-reports="{int(summary.get("late_reports") or 0)}" '
         f'data-usage-complete="{"true" if summary.get("usage_complete") else "false"}">'
         f'<h1>Run <code id="run-id">{esc(run_id or "?")}</code></h1>'
-        f'<ul class="counts">{counts_html}</ul>{facts}'
-        f'<section id="timeline"><h2>Timeline per worker slot</h2>{timeline_html}</section>'
-        f'<section id="subjects"><h2>Scores per subject</h2><p class="note">Means over selected cells only; 95% '
-        f'intervals are cluster-robust by task (repetitions of a task are not independent samples), Student\'s t '
-        f'with tasks − 1 degrees of freedom.</p>{scores_html}</section>'
+        + render_overview(results, status, timeline, lanes, tstats, n_subjects)
+        + render_timeline_section(results, timeline, lanes, tstats, timeline_html)
+        + f'<section id="subjects"><h2>Scores per subject</h2>{SCORES_NOTE}{scores_html}</section>'
         f'<section id="cost"><h2>Cost</h2>{render_cost(cells, summary)}</section>'
         + render_providers(status.get("providers") or []) +
         f'<section id="incomplete"><h2>Incomplete cells</h2>{incomplete_html}</section>'

@@ -1,0 +1,47 @@
+"""The console's named limits, unit last, each with where its number comes from. They bound
+what one browser can make the coordinator hold or send: a page never grows with the run."""
+from __future__ import annotations
+
+# No response of the console is larger than this (the issue: "no response over a few MB"). A
+# page at 100,000 cells is built well under it (tests/integration/test_console_chromium.py).
+RESPONSE_BYTES_MAX = 2 << 20
+# A run drawn cell by cell up to this many cells; above, its matrix aggregates consecutive
+# task groups into rows (at most MATRIX_ROWS_MAX of them), each square a bucket's share.
+MATRIX_CELLS_MAX = 2_400
+MATRIX_ROWS_MAX = 120
+# Rows of a paged table (cells, workers) per page.
+TABLE_ROWS_MAX = 100
+# The timeline draws every group dispatch up to this many; a larger run's timeline is left to
+# `fleetctl report --html` (one SVG rect per cell: 2,000 groups of 5 is about 1 MB of SVG).
+TIMELINE_BARS_MAX = 1_500
+# Events kept for browsers that reconnect (Last-Event-ID): at W1's rate of a few thousand
+# events a second this is a few seconds; older than that, a page is told to resync.
+EVENTS_KEPT_MAX = 20_000
+# Event batches queued for one SSE client before it is cut (it reconnects and resumes).
+SSE_CLIENT_BATCHES_MAX = 256
+SSE_CLIENTS_MAX = 256
+# A comment line this often keeps proxies and the browser from closing an idle stream.
+SSE_KEEPALIVE_S = 15.0
+# A page's data is read again at most this often, and never sooner than COST_FACTOR times what
+# reading and rendering it took: five browsers share one read, a large run is read less often.
+REFRESH_MIN_MS = 1_000
+REFRESH_COST_FACTOR = 10
+REFRESH_MAX_MS = 60_000
+# Sessions of the login form, and how long one lasts.
+SESSIONS_MAX = 10_000
+SESSION_TTL_MS = 12 * 3600 * 1000
+# A bulk retry plan (its dry run) lists at most this many cells, and is kept this long for the
+# operator to confirm it.
+BULK_RETRY_CELLS_MAX = 10_000
+BULK_PLAN_TTL_MS = 10 * 60 * 1000
+BULK_PLANS_MAX = 100
+# Request bodies (the login and action forms) and an artifact shown inline.
+REQUEST_BYTES_MAX = 64 << 10
+ARTIFACT_INLINE_BYTES_MAX = 1 << 20
+# The audit log of actions kept in memory for the fleet page (each is also a log line).
+ACTIONS_KEPT_MAX = 200
+
+assert MATRIX_CELLS_MAX * 200 < RESPONSE_BYTES_MAX  # about 150 bytes a drawn cell
+assert TABLE_ROWS_MAX * 1_000 < RESPONSE_BYTES_MAX
+assert BULK_RETRY_CELLS_MAX * 120 < RESPONSE_BYTES_MAX  # the dry run lists every cell id
+assert REFRESH_MIN_MS <= REFRESH_MAX_MS

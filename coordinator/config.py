@@ -32,9 +32,10 @@ from common.tomlconfig import (
     render_toml,
     resolve,
 )
-from coordinator.actor import TICK_MS_DEFAULT
 
 PROGRAM = "fleet-coordinator"
+# The `tick_ms` setting's default: the actor's liveness and deadline check interval.
+TICK_MS_DEFAULT = 200
 LOG_LEVELS = ("debug", "info", "warning", "error")
 ADMIN_TOKEN_NAME = "admin.token"
 ENROLL_TOKEN_NAME = "enroll.token"

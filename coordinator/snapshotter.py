@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir, index, parent = Path(args[0]), int(args[1]), int(args[2])
     prepare(parent)
     # Imported after prepare: the coordinator's modules are a second of work at this priority.
-    from coordinator.actor import fold_to
     from coordinator.errors import StoreIOError
+    from coordinator.recovery import fold_to
     from coordinator.snapshot import encode_state
     from coordinator.store import Store
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.actor import recover
+from coordinator.recovery import recover
 from coordinator.core.invariants import check
 from coordinator.store import Store
 from tests.integration.fakenet import FakeNet

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from coordinator import snapshotter
-from coordinator.actor import fold_to
+from coordinator.recovery import fold_to
 from coordinator.snapshot import encode_state
 from coordinator.store import Store
 

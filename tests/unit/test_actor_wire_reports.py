@@ -10,7 +10,8 @@ from pathlib import Path
 
 from common.ids import AttemptId, WorkerId, run_id_for
 from coordinator import actor as actor_module
-from coordinator.actor import Actor, Reports, Request, recover
+from coordinator.actor import Actor, Reports, Request
+from coordinator.recovery import recover
 from coordinator.core import commands as c
 from coordinator.core import new_state
 from coordinator.core.effects import OfferRun, PushAssignment

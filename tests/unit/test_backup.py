@@ -11,7 +11,7 @@ import pytest
 
 from common.ids import DIGEST_PREFIX, Digest
 from coordinator import backup
-from coordinator.actor import recover
+from coordinator.recovery import recover
 from coordinator.artifacts import ArtifactStore
 from coordinator.backup import BackupError, check_dest, take_backup
 from coordinator.core import commands as c

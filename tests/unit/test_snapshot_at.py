@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.ids import WorkerId, run_id_for
-from coordinator.actor import recover
+from coordinator.recovery import recover
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
 from coordinator.core.state import durable_fingerprint

@@ -16,7 +16,8 @@ from pathlib import Path
 from common.ids import AttemptId, RunId, WorkerId, run_id_for
 from common.limits import SNAPSHOT_CHILD_NICE
 from coordinator import actor as actor_module
-from coordinator.actor import Actor, Request, recover
+from coordinator.actor import Actor, Request
+from coordinator.recovery import recover
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
 from coordinator.core.effects import OfferRun, PushAssignment

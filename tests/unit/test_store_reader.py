@@ -1,6 +1,6 @@
 """Goal: the snapshot process's read-only view of a store (Store.open_reader) sees what the
 writing process committed, can write nothing, takes no data-dir lock, and folds exactly to a
-given index (actor.fold_to); method: a real writer Store here and the reader in another
+given index (recovery.fold_to); method: a real writer Store here and the reader in another
 process (LMDB allows one open of an environment per process), printing what it saw."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 READER = r"""
 import json, sys
-from coordinator.actor import fold_to
+from coordinator.recovery import fold_to
 from coordinator.core.state import durable_fingerprint
 from coordinator.store import Store
 out = {}

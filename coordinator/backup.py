@@ -39,10 +39,10 @@ from pathlib import Path
 import lmdb
 
 from common.durable import fsync_dir
-from coordinator.actor import recover_with_time
 from coordinator.artifacts import ArtifactStore
 from coordinator.auth import CREDENTIALS_FILE, CREDENTIALS_LOG
 from coordinator.errors import ArtifactCorrupt, StorageError
+from coordinator.recovery import recover_with_time
 from coordinator.store import LOCK_FILE_NAME, WAL_DIR_NAME, Store
 
 MANIFEST_FILE = "BACKUP.json"

@@ -25,7 +25,7 @@ import structlog
 from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2
 from common.notify import Notifier
-from coordinator.actor import Actor, recover_with_time
+from coordinator.actor import Actor
 from coordinator.artifacts import ArtifactStore
 from coordinator.collector import Collector
 from coordinator.backup import BackupError, backup_to_take_up
@@ -36,6 +36,7 @@ from coordinator.core.state import State, WorkerStatus
 from coordinator.errors import StorageError, exit_code_for, fail_stop_line
 from coordinator.metrics import SAMPLE_EVERY_S, Metrics
 from coordinator.metrics import sample as sample_metrics
+from coordinator.recovery import recover_with_time
 from coordinator.servicer import AdminServicer, CoordinatorServicer, Hub, add_coordinator_to_server, submit
 from coordinator.store import Store
 

@@ -384,29 +384,39 @@ def test_goal_check_fails_on_silent_files(tmp_path):
                    for p in problems)
 
 
-# ---- (f) fleetctl's imports run one way -----------------------------------------------------
+# ---- (f) no import circle in the tree; fleetctl's imports run one way -----------------------
 
 FLEETCTL = "tools.fleetctl"
 FLEETCTL_UPPER = ("tools.fleetctl.cli", "tools.fleetctl.commands")  # the parser and the commands
 
 
-def fleetctl_graph(root: Path) -> dict[str, list[tuple[str, int]]]:
-    """Module -> the package's modules it imports (with the line), counting imports inside
-    functions too: a lazy import is how the old circle hid. Parent packages are not edges:
-    tools/fleetctl/__init__.py imports nothing at import time (checked below)."""
-    directory = root.joinpath(*FLEETCTL.split("."))
+def import_graph(root: Path, packages: tuple[str, ...] = PROJECT_PACKAGES) -> dict[str, list[tuple[str, int]]]:
+    """Module -> the modules under `packages` it imports (with the line), counting imports
+    inside functions too: a lazy import is how the old circles hid (fleetctl's, the actor and
+    its snapshot process, the executor contract and its registry). Parent packages are not
+    edges: importing a.b runs a/__init__.py, but a module that needs the package imports it."""
     graph: dict[str, list[tuple[str, int]]] = {}
-    for path in sorted(directory.rglob("*.py")):
-        name = module_name(root, path)
-        found = [(imp.name, imp.line) for imp in imports_of(root, path)
-                 if matches(imp.name, (FLEETCTL,)) and module_path(root, imp.name) is not None and imp.name != name]
-        # `from P import m` loads P only as m's parent when m is a module: then the edge is to m.
-        graph[name] = [(t, line) for t, line in found
-                       if not any(u.startswith(t + ".") and ln == line for u, ln in found)]
+    for package in packages:
+        directory = root.joinpath(*package.split("."))
+        for path in sorted(directory.rglob("*.py")) if directory.is_dir() else ():
+            if "__pycache__" in path.parts or "node_modules" in path.parts:
+                continue
+            name = module_name(root, path)
+            found = [(imp.name, imp.line) for imp in imports_of(root, path)
+                     if matches(imp.name, packages) and module_path(root, imp.name) is not None and imp.name != name]
+            # `from P import m` loads P only as m's parent when m is a module: then the edge is to m.
+            graph[name] = [(t, line) for t, line in found
+                           if not any(u.startswith(t + ".") and ln == line for u, ln in found)]
     return graph
 
 
-def fleetctl_cycles(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
+def fleetctl_graph(root: Path) -> dict[str, list[tuple[str, int]]]:
+    """fleetctl's own modules and their imports of each other (tools/fleetctl/__init__.py
+    imports nothing at import time: checked below)."""
+    return import_graph(root, (FLEETCTL,))
+
+
+def import_cycles(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
     """Each import cycle once, as 'a:LINE -> b:LINE -> ... -> a' (depth-first search; a back
     edge closes a cycle)."""
     cycles: set[str] = set()
@@ -432,6 +442,58 @@ def fleetctl_cycles(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
         if node not in state:
             visit(node)
     return sorted(cycles)
+
+
+# Edges that close a circle and are known, each with the reason it is still there; the test
+# below fails when one of them is gone (then it is struck from here) as when a new circle appears.
+TRANSITIONAL_EDGES = {
+    ("worker.executor.base", "worker.executor.registry"):
+        "worker/session.py still imports executor_for from the contract module (its owner moves "
+        "that import to worker.executor.registry; base.py then drops its forwarding executor_for)",
+}
+
+
+def without_edges(graph: dict[str, list[tuple[str, int]]],
+                  edges: dict[tuple[str, str], str]) -> dict[str, list[tuple[str, int]]]:
+    return {m: [(t, ln) for t, ln in out if (m, t) not in edges] for m, out in graph.items()}
+
+
+def test_no_import_cycle_anywhere_in_the_tree():
+    graph = import_graph(ROOT)
+    for name in ("coordinator.actor", "coordinator.snapshotter", "tools.sim.simulation", "tools.sim.scale",
+                 "worker.executor.base", "tools.fleetctl.cli", "tests.test_tidy"):
+        assert name in graph, f"{name} is not walked"
+    for (src, dst), why in TRANSITIONAL_EDGES.items():
+        assert any(t == dst for t, _ in graph.get(src, ())), f"{src} -> {dst} is gone: strike it ({why})"
+    assert import_cycles(without_edges(graph, TRANSITIONAL_EDGES)) == []
+
+
+def test_the_tree_cycle_check_fails_on_planted_cycles(tmp_path):
+    _plant(tmp_path, {
+        "coordinator/__init__.py": "",
+        # the old shape: the snapshot process's module lazily imports the actor that imports it
+        "coordinator/actor.py": "from coordinator import snapshotter\nfrom coordinator.store import Store\n",
+        "coordinator/snapshotter.py": "import sys\n\ndef main():\n    from coordinator.actor import fold_to\n",
+        "coordinator/store.py": "class Store: ...\n",
+        "tools/__init__.py": "",
+        "tools/sim/__init__.py": "",
+        # the command line over the model and the scale scenario: no circle
+        "tools/sim/cli.py": "from tools.sim import scale\nfrom tools.sim.simulation import run_seed\n",
+        "tools/sim/scale.py": "from tools.sim.simulation import Simulation\n",
+        "tools/sim/simulation.py": "from coordinator.store import Store\n",
+        # a circle through three modules of two packages, one edge relative
+        "worker/__init__.py": "",
+        "worker/a.py": "from . import b\n",
+        "worker/b.py": "def f():\n    import tools.c\n",
+        "tools/c.py": "from worker.a import x\n",
+    })
+    graph = import_graph(tmp_path)
+    assert import_cycles(graph) == [
+        "coordinator.actor:1 -> coordinator.snapshotter:4 -> coordinator.actor",
+        "tools.c:1 -> worker.a:1 -> worker.b:2 -> tools.c",
+    ]
+    assert import_cycles(without_edges(graph, {("worker.b", "tools.c"): "planted"})) == [
+        "coordinator.actor:1 -> coordinator.snapshotter:4 -> coordinator.actor"]
 
 
 def fleetctl_layer_violations(root: Path) -> list[str]:
@@ -462,7 +524,7 @@ def fleetctl_layer_violations(root: Path) -> list[str]:
 def test_fleetctl_imports_have_no_cycle_and_run_one_way():
     graph = fleetctl_graph(ROOT)
     assert "tools.fleetctl.cli" in graph and "tools.fleetctl.client" in graph
-    assert fleetctl_cycles(graph) == []
+    assert import_cycles(graph) == []
     assert fleetctl_layer_violations(ROOT) == []
     for old in ("fleetctl", "local", "report", "compat", "stats", "submission"):
         assert not (ROOT / "tools" / f"{old}.py").exists(), f"tools/{old}.py is back beside tools/fleetctl/"
@@ -479,7 +541,7 @@ def test_fleetctl_checks_fail_on_a_planted_cycle_and_upward_imports(tmp_path):
         "tools/fleetctl/views.py": "def table():\n    from tools.fleetctl.stats import fmt\n",
         "tools/fleetctl/stats.py": "import math\n\ndef fmt():\n    from ..fleetctl import views\n",
     })
-    cycles = fleetctl_cycles(fleetctl_graph(tmp_path))
+    cycles = import_cycles(fleetctl_graph(tmp_path))
     assert cycles == ["tools.fleetctl.stats:4 -> tools.fleetctl.views:2 -> tools.fleetctl.stats"]
     problems = fleetctl_layer_violations(tmp_path)
     assert "tools.fleetctl:1 imports the package at import time" in problems

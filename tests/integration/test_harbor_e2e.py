@@ -17,8 +17,9 @@ import pytest
 
 from common.evidence import Cleanup, Execution, Status, Usage, Verification, evidence_problem
 from tests.integration.harness import FAST_POLICY, Cluster
+from worker.executor import executor_for
+from worker.executor.base import AttemptDirs, CellJob
 from worker.executor.harbor import install as harbor_env
-from worker.executor.base import AttemptDirs, CellJob, executor_for
 from worker.executor.harbor.executor import (
     DEFAULT_ENV_DIR,
     FLEET_ROOT,

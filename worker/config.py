@@ -337,11 +337,6 @@ def parse_worker_args(argv: Sequence[str], environ: Mapping[str, str], pid: int 
     return config_from(r, environ, pid or os.getpid()), r, bool(args.print_config)
 
 
-def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> WorkerConfig:
-    """The config of `fleet-worker` run flags (without a subcommand)."""
-    return parse_worker_args(argv, environ)[0]
-
-
 def print_config(config: WorkerConfig, r: Resolved) -> str:
     """The effective configuration as TOML that loads back to the same WorkerConfig (the
     environment snapshot is not a setting and is never printed)."""

@@ -2,9 +2,7 @@
 what `fleetctl local` and the HTML report read), and their text tables."""
 from __future__ import annotations
 
-import csv
 import datetime
-import io
 import json
 from typing import Any
 
@@ -291,17 +289,6 @@ def print_stats(stats: list, diffs: list, outside: list[dict], score_range: list
         if incomplete_more:
             print(f"  ... and {incomplete_more} more (every cell is in the table above, --csv and --json)")
     print_summary(summary)
-
-
-def results_csv(data: dict) -> str:
-    out = io.StringIO()
-    fields = ["cell_id", "task", "repetition", "subject", "state", "score", "status", "attempts", "attempt_id",
-              "worker_id", "assignment_id", "generation", "dispatch_order", "cost_usd", "usage", "incomplete_reason"]
-    w = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for cell in data["cells"]:
-        w.writerow(cell)
-    return out.getvalue()
 
 
 def scores_outside(cells: list[dict], score_range: list[float] | None) -> list[dict]:

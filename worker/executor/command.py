@@ -93,10 +93,6 @@ def substitute(text: str, values: Mapping[str, str]) -> str:
     return PLACEHOLDER.sub(one, text)
 
 
-def placeholders_in(text: str) -> set[str]:
-    return {m.group(1) for m in PLACEHOLDER.finditer(text)}
-
-
 class Ended(enum.Enum):
     EXITED = "exited"
     TIMEOUT = "timeout"

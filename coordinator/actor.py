@@ -101,7 +101,9 @@ def _commands_of(req: Request, clock: Callable[[], int]) -> Iterator[tuple[int, 
 
 
 class Overloaded(Exception):
-    """The actor's queue is full: the caller should answer RESOURCE_EXHAUSTED or retry."""
+    """The actor's queue is full, or the actor is stopping. The servicer retries a while where a
+    reply is awaited (`_put`), answers a worker's frame with a rejection the worker resends, and
+    drops soft news (liveness) that the next pass carries again."""
 
 
 @dataclass(slots=True)
@@ -613,7 +615,7 @@ class Actor:
         # After every part's chore (the actor runs chores in order); a failed hand-over above
         # leaves the snapshot pending, so the manifest's own hand-over is the last attempt.
         if not self._hand(lambda: self._chores.append(finish)):
-            self._snapshot_pending = None  # the next batch forks again
+            self._snapshot_pending = None  # the next batch that commits starts the snapshot again
 
     def _hand(self, chore: Callable[[], None]) -> bool:
         """Give the actor thread a chore to queue (from another thread); False if it is too busy."""

@@ -242,7 +242,8 @@ def fleet_live(status: dict, workers: list[dict], page: int, etas: dict[str, flo
 
 
 def events_box() -> str:
-    return '<section><h2>Events</h2><ul id="events" data-events="0"></ul></section>'
+    return ('<section><h2>Events</h2><p class="note">As they happen, newest first (the stream of '
+            '<code>fleetctl watch</code>).</p><ul id="events" data-events="0"></ul></section>')
 
 
 def fleet_page(live_html: str, principal: Any) -> str:

@@ -49,17 +49,21 @@ def _now_ms() -> int:
 
 class Cache:
     """Reads shared by every page: one load at a time per key; fresh for a time that grows
-    with what the load cost (module docstring)."""
+    with what the load cost (module docstring). Each value comes with the feed's last event
+    number when its load began: a page whose data is older than the last event it has seen
+    reads itself again once the data can be fresh (console.js), so that the last events of a
+    burst are never left off the page."""
 
-    def __init__(self) -> None:
-        self._entries: dict[tuple, tuple[float, Any, int]] = {}  # key -> (fresh until, value, ttl ms)
+    def __init__(self, seq: Callable[[], int] = lambda: 0) -> None:
+        self._seq = seq
+        self._entries: dict[tuple, tuple[float, Any, int, int]] = {}  # key -> (fresh until, value, ttl ms, seq)
         self._loading: dict[tuple, asyncio.Future] = {}
 
-    async def get(self, key: tuple, load: Callable[[], Awaitable[Any]]) -> tuple[Any, int]:
+    async def get(self, key: tuple, load: Callable[[], Awaitable[Any]]) -> tuple[Any, int, int]:
         now = time.monotonic()
         hit = self._entries.get(key)
         if hit is not None and hit[0] > now:
-            return hit[1], hit[2]
+            return hit[1], hit[2], hit[3]
         pending = self._loading.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -67,15 +71,16 @@ class Cache:
         self._loading[key] = fut
         try:
             t0 = time.monotonic()
+            seq = self._seq()
             value = await load()
             cost_ms = (time.monotonic() - t0) * 1000
             ttl = int(min(limits.REFRESH_MAX_MS, max(limits.REFRESH_MIN_MS, cost_ms * limits.REFRESH_COST_FACTOR)))
-            self._entries[key] = (time.monotonic() + ttl / 1000, value, ttl)
+            self._entries[key] = (time.monotonic() + ttl / 1000, value, ttl, seq)
             if len(self._entries) > 256:  # bounded: the oldest keys go
                 for k in list(self._entries)[:64]:
                     del self._entries[k]
-            fut.set_result((value, ttl))
-            return value, ttl
+            fut.set_result((value, ttl, seq))
+            return value, ttl, seq
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
@@ -111,7 +116,7 @@ class Console:
         self.admin = LocalAdmin(servicer, admin_token)
         self.auth = auth
         self.feed = Feed(self.admin, incarnation)
-        self.cache = Cache()
+        self.cache = Cache(lambda: self.feed.seq)
         self.etas = Etas()
         self.secure_cookie = secure_cookie
         self.actions: deque[dict] = deque(maxlen=limits.ACTIONS_KEPT_MAX)
@@ -156,10 +161,10 @@ class Console:
         r.add_get("/api/status", self.api_status)
         r.add_get("/events", self.events)
         r.add_get("/runs/{run_id}", self.run)
-        r.add_get("/runs/{run_id}/cells/{cell_id}", self.cell)
+        r.add_get("/runs/{run_id}/cells/{cell_id:.+}", self.cell)  # a cell id is TASK/rREP/SUBJECT
         r.add_get("/artifacts/{digest}", self.artifact)
         r.add_post("/runs/{run_id}/{verb:pause|recover|repair}", self.run_action)
-        r.add_post("/runs/{run_id}/cells/{cell_id}/retry", self.retry_cell)
+        r.add_post("/runs/{run_id}/cells/{cell_id:.+}/retry", self.retry_cell)
         r.add_post("/runs/{run_id}/retry/plan", self.bulk_plan)
         r.add_post("/runs/{run_id}/retry/confirm", self.bulk_confirm)
         r.add_post("/workers/{worker_id}/{verb:drain|release}", self.worker_action)
@@ -243,14 +248,14 @@ class Console:
 
     # ---- reads ----
 
-    async def _fleet_data(self) -> tuple[dict, int]:
+    async def _fleet_data(self) -> tuple[dict, int, int]:
         return await self.cache.get(("fleet",), lambda: self.admin.status())
 
-    async def _run_data(self, run_id: str) -> tuple[dict, dict, list, int]:
-        status, t1 = await self.cache.get(("status", run_id), lambda: self.admin.status(run_id))
-        results, t2 = await self.cache.get(("results", run_id), lambda: self.admin.results(run_id))
-        attempts, t3 = await self.cache.get(("attempts", run_id), lambda: self.admin.attempts(run_id))
-        return status, results, attempts, max(t1, t2, t3)
+    async def _run_data(self, run_id: str) -> tuple[dict, dict, list, int, int]:
+        status, t1, s1 = await self.cache.get(("status", run_id), lambda: self.admin.status(run_id))
+        results, t2, s2 = await self.cache.get(("results", run_id), lambda: self.admin.results(run_id))
+        attempts, t3, s3 = await self.cache.get(("attempts", run_id), lambda: self.admin.attempts(run_id))
+        return status, results, attempts, max(t1, t2, t3), min(s1, s2, s3)
 
     def _page_number(self, request: web.Request) -> int:
         text = request.query.get("page", "0")
@@ -260,15 +265,16 @@ class Console:
 
     async def fleet(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
-        status, ttl = await self._fleet_data()
+        status, ttl, seq = await self._fleet_data()
         etas = {r["run_id"]: self.etas.eta_s(r["run_id"], r["cells_selected"] + r["cells_exhausted"], r["cells_total"])
                 for r in status["runs"]}
         workers = sorted(status["workers"], key=lambda w: w["worker_id"])
-        live = pages.fleet_live(status, workers, self._page_number(request), etas, list(self.actions), principal, ttl)
+        live = _seq(pages.fleet_live(status, workers, self._page_number(request), etas, list(self.actions), principal,
+                                     ttl), seq)
         return self._html(live if request.query.get("fragment") else pages.fleet_page(live, principal))
 
     async def api_status(self, request: web.Request) -> web.Response:
-        status, _ = await self._fleet_data()
+        status, _, _ = await self._fleet_data()
         return web.json_response(status)
 
     def _filter(self, request: web.Request) -> dict[str, str]:
@@ -278,25 +284,25 @@ class Console:
     async def run(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
         run_id = request.match_info["run_id"]
-        status, results, attempts, ttl = await self._run_data(run_id)
+        status, results, attempts, ttl, seq = await self._run_data(run_id)
         run = (status.get("runs") or [{}])[0]
         total = len(results["cells"])
         done = results["summary"]["selected"] + sum(1 for c in results["cells"]
                                                     if c.get("incomplete_reason") == "exhausted")
         f = self._filter(request)
-        live = pages.run_live(run_id, results, status, attempts, f, self._page_number(request),
-                              self.etas.eta_s(run_id, done, total), principal, ttl)
+        live = _seq(pages.run_live(run_id, results, status, attempts, f, self._page_number(request),
+                                   self.etas.eta_s(run_id, done, total), principal, ttl), seq)
         return self._html(live if request.query.get("fragment") else pages.run_page(run_id, live, run, f, principal))
 
     async def cell(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
         run_id, cell_id = request.match_info["run_id"], request.match_info["cell_id"]
-        _, results, attempts, ttl = await self._run_data(run_id)
+        _, results, attempts, ttl, seq = await self._run_data(run_id)
         cell = next((c for c in results["cells"] if c["cell_id"] == cell_id), None)
         if cell is None:
             raise web.HTTPNotFound(text=f"run {run_id} has no cell {cell_id}\n")
         mine = [a for a in attempts if a.cell_id == cell_id]
-        live = pages.cell_live(run_id, cell, mine, ttl)
+        live = _seq(pages.cell_live(run_id, cell, mine, ttl), seq)
         if request.query.get("fragment"):
             return self._html(live)
         return self._html(pages.cell_page(run_id, cell_id, live, cell["state"] == "incomplete", principal))
@@ -488,6 +494,11 @@ class Console:
         log.info("console_bulk_retry", run_id=run_id, where=plan[2], cells=len(plan[1]), who=principal.who,
                  granted=sum(1 for _, o in outcomes if o == "accepted"))
         return self._html(pages.bulk_done_page(run_id, outcomes, principal))
+
+
+def _seq(live_html: str, seq: int) -> str:
+    """The live part, marked with the last event its data had seen (Cache)."""
+    return live_html.replace('<div id="live" ', f'<div id="live" data-seq="{seq}" ', 1)
 
 
 def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:

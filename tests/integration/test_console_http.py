@@ -48,7 +48,7 @@ def test_rights_login_csrf_and_actions_through_the_admin_rpc(cluster: Cluster) -
     run_id = cluster.submit(intbench_spec(3), FAST_POLICY)
 
     anon = Http(address)
-    for path in ("/", f"/runs/{run_id}", f"/runs/{run_id}/cells/t000:0:good", "/api/status", "/events"):
+    for path in ("/", f"/runs/{run_id}", f"/runs/{run_id}/cells/t000/r1/good", "/api/status", "/events"):
         r = anon.get(path)
         assert r.status == 401, (path, r.status)
         assert run_id not in r.text.replace(f"value=\"/runs/{run_id}", ""), f"{path} shows the run unauthenticated"

@@ -3,6 +3,8 @@
 // the browser with Last-Event-ID after a reconnect), a short list of the latest events, and on
 // events a fresh copy of the page's #live part (?fragment=1), never more often than the
 // server's data-refresh-ms. A `resync` event (events were missed) reads the part again at once.
+// The part says which event its data had seen (data-seq): when that is older than the last event
+// this page received, the part is read again after the gap, so a burst's last events always show.
 "use strict";
 (function () {
   var EVENTS_SHOWN_MAX = 30;
@@ -10,7 +12,12 @@
   var status = document.getElementById("live-status");
   var list = document.getElementById("events");
   var runFilter = document.body.getAttribute("data-run-filter") || "";
-  var pending = null, last = 0, inflight = false, eventsSeen = 0;
+  var pending = null, last = 0, inflight = false, eventsSeen = 0, lastSeq = 0;
+
+  function noteId(id) {
+    var seq = Number(String(id || "").split("-")[1] || 0);
+    if (seq > lastSeq) lastSeq = seq;
+  }
 
   function setStatus(state) {
     if (!status) return;
@@ -35,7 +42,11 @@
         var holder = document.createElement("div");
         holder.innerHTML = html;
         var fresh = holder.querySelector("#live");
-        if (fresh) { live.replaceWith(fresh); live = fresh; }
+        if (fresh) {
+          live.replaceWith(fresh);
+          live = fresh;
+          if (Number(fresh.getAttribute("data-seq") || 0) < lastSeq) schedule(false);
+        }
         document.body.setAttribute("data-refreshes", String(Number(document.body.getAttribute("data-refreshes") || 0) + 1));
       })
       .catch(function () {})
@@ -66,8 +77,13 @@
   var src = new EventSource("/events" + (runFilter ? "?run=" + encodeURIComponent(runFilter) : ""));
   src.addEventListener("open", function () { setStatus("live"); });
   src.addEventListener("error", function () { setStatus("reconnecting"); });
-  src.addEventListener("hello", function () { setStatus("live"); schedule(true); });
+  src.addEventListener("hello", function (e) {
+    try { noteId(JSON.parse(e.data).last_id); } catch (err) { /* no id: nothing to compare */ }
+    setStatus("live");
+    schedule(true);
+  });
   src.addEventListener("fleet", function (e) {
+    noteId(e.lastEventId);
     try { show(JSON.parse(e.data)); } catch (err) { /* a malformed line is skipped */ }
     schedule(false);
   });

@@ -101,6 +101,7 @@ class Session:
     transport_liveness: bool = False
     bundles: bool = False  # protocol 4: frames queued together travel as one FrameBundle
     owned: tuple = ()
+    degraded: str = ""  # the last heartbeat's: why the worker starts no new cell
     beat_at: float = 0.0  # loop time of the last heartbeat received or refreshed
     held: list = field(default_factory=list)  # a frame (or the cut sentinel None) taken while batching acks
     abort: tuple | None = None  # (status code, details) to end the stream with, once it is cut
@@ -503,6 +504,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             # to the actor in one request.
             owned = tuple(AssignmentId(a) for a in frame.heartbeat.owned_assignment_ids)
             session.owned = owned
+            session.degraded = frame.heartbeat.degraded[:limits.ID_CHARS_MAX]
             session.beat_at = asyncio.get_running_loop().time()
             self._heartbeat(session, owned)
         elif kind == "cell_report":
@@ -673,7 +675,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         self.hub.heartbeat_flush = None
         beats, self.hub.heartbeats = self.hub.heartbeats, {}
         sessions = [s for s, _ in beats.values()]
-        makes = [(lambda now, w=wid, o=owned: c.HeartbeatReceived(now, w, o)) for wid, (_, owned) in beats.items()]
+        makes = [(lambda now, w=wid, o=owned, d=s.degraded: c.HeartbeatReceived(now, w, o, d))
+                 for wid, (s, owned) in beats.items()]
 
         def done(transitions: list[Transition]) -> None:
             for session, t in zip(sessions, transitions):

@@ -122,6 +122,7 @@ def _worker_status(state: State, wid: str, w, now_ms: int) -> admin_pb2.WorkerSt
         ws.refused_age_ms = max(0, now_ms - w.refusal.at_ms)
         ws.refused_differences.extend(codec.differences(w.refusal.differences[:REFUSAL_DIFFERENCES_SHOWN_MAX]))
     ws.streak = len(w.streak)
+    ws.degraded = w.degraded
     if _quarantine_shown(w):
         ws.quarantined_until_ms = w.quarantined_until_ms
         ws.quarantine_left_ms = max(0, w.quarantined_until_ms - now_ms) if w.quarantined_until_ms else 0

@@ -446,11 +446,7 @@ def import_cycles(graph: dict[str, list[tuple[str, int]]]) -> list[str]:
 
 # Edges that close a circle and are known, each with the reason it is still there; the test
 # below fails when one of them is gone (then it is struck from here) as when a new circle appears.
-TRANSITIONAL_EDGES = {
-    ("worker.executor.base", "worker.executor.registry"):
-        "worker/session.py still imports executor_for from the contract module (its owner moves "
-        "that import to worker.executor.registry; base.py then drops its forwarding executor_for)",
-}
+TRANSITIONAL_EDGES: dict[tuple[str, str], str] = {}
 
 
 def without_edges(graph: dict[str, list[tuple[str, int]]],

@@ -73,6 +73,8 @@ REPORT_SENDS_MAX = 3
 REPORTS_IN_FLIGHT_MAX = 64
 # How long to wait before putting an outcome again into a full outbox.
 OUTBOX_FULL_RETRY_MS = 1_000
+# While the state dir's disk is full, how often a waiting cell or outcome looks for room again.
+ROOM_RECHECK_MS = 500
 # Hello lists the outbox's attempt ids up to this many characters (a full outbox of 100k ids
 # would not fit one message); the replay sends every entry anyway.
 HELLO_BUFFERED_IDS_CHARS_MAX = 1 << 20

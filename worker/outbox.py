@@ -160,7 +160,28 @@ class ArtifactTooLarge(StateError):
 
 
 class OutboxStorageError(StateError):
-    """The disk, the file system or the LMDB map failed; the operation changed nothing."""
+    """The disk, the file system or the LMDB map failed; the operation changed nothing.
+    `disk_full`: the file system had no room (the worker waits for space instead of stopping)."""
+
+    def __init__(self, message: str, *, disk_full: bool = False) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+# How often a group commit that failed for a full disk is tried again.
+DISK_FULL_RETRY_S = 0.5
+# An I/O error on a file system with less free space than this is a full disk, not a failing one
+# (LMDB's commit on a full file system fails with EIO as often as with ENOSPC).
+DISK_FULL_FREE_BYTES = 1 << 20
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free space for this process on the file system of `path`; None when it cannot be read."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 # --- records ---------------------------------------------------------------------------
@@ -304,18 +325,21 @@ def _mkdir_durable(path: Path, mode: int = 0o700) -> None:
 
 
 def _storage_error(path: Path, action: str, exc: BaseException) -> OutboxStorageError:
+    full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc)
+    if not full and (isinstance(exc, lmdb.DiskError) or isinstance(exc, OSError) and exc.errno == errno.EIO
+                     or "Input/output error" in str(exc)):
+        room = free_bytes(path if path.exists() else path.parent)
+        full = room is not None and room < DISK_FULL_FREE_BYTES
     if isinstance(exc, lmdb.MapFullError):
         hint = (
             "the state database map is full: let the coordinator acknowledge pending reports, "
             "or raise WORKER_STATE_MAP_BYTES"
         )
-    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        hint = "the disk is full: free space on that file system, then restart the worker"
-    elif isinstance(exc, lmdb.DiskError) or "No space left" in str(exc):
-        hint = "the disk is full: free space on that file system, then restart the worker"
+    elif full:
+        hint = "the disk is full: free space on that file system; the worker waits for it and goes on"
     else:
         hint = "check the disk and the file system, then restart the worker"
-    return OutboxStorageError(f"could not {action} at {path}: {exc}; {hint}")
+    return OutboxStorageError(f"could not {action} at {path}: {exc}; {hint}", disk_full=full)
 
 
 @dataclass(slots=True)
@@ -374,6 +398,9 @@ class WorkerState:
         self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_start = threading.Lock()
+        self._stopping = threading.Event()
+        # Set while a group commit waits for room on a full disk: what it said (for the status).
+        self.disk_full = ""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -1122,6 +1149,7 @@ class WorkerState:
 
     def _stop_writer(self) -> None:
         if self._writer is not None:
+            self._stopping.set()  # a commit waiting for room gives up: its callers get the error
             self._ops.put(None)
             self._writer.join()
             self._writer = None
@@ -1146,6 +1174,18 @@ class WorkerState:
                     break
                 ops.append(nxt)
             results = self._commit_group(ops)
+            # A full disk fails the batch and changed nothing: the same operations are applied
+            # again once there is room, their callers still waiting (the worker stays up).
+            while (results and not self._stopping.is_set()
+                   and all(not ok and isinstance(v, OutboxStorageError) and v.disk_full for ok, v in results)):
+                if not self.disk_full:
+                    log.error("the disk is full: the outbox waits for room", extra={"problem": str(results[0][1])})
+                self.disk_full = str(results[0][1])
+                self._stopping.wait(DISK_FULL_RETRY_S)
+                results = self._commit_group(ops)
+            if self.disk_full and results and results[0][0]:
+                log.warning("room again: the outbox commits", extra={"after": self.disk_full})
+                self.disk_full = ""
             by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
             for op, (ok, value) in zip(ops, results):
                 by_loop.setdefault(op.loop, []).append((op.fut, ok, value))

@@ -72,6 +72,7 @@ from common.limits import (
 from worker import codec
 from worker.config import (
     ABORT_GRACE_MS,
+    ROOM_RECHECK_MS,
     COMPLETION_BY_REPORTS_PROTOCOL_VERSION,
     GOODBYE_ACK_TIMEOUT_MS,
     HELLO_BUFFERED_IDS_CHARS_MAX,
@@ -89,9 +90,9 @@ from worker.config import (
 )
 from worker.executor.base import (AttemptDirs, CancelEvent, CellJob, CellOutcome, Executor, now_ms, one_line,
                                   remove_tree, seal)
-from worker.executor.base import executor_for as default_executor_for
+from worker.executor.registry import executor_for as default_executor_for
 from worker.identity import measure_keys
-from worker.outbox import AssignmentConflict, OutboxEntry, OutboxFull, WorkerState
+from worker.outbox import AssignmentConflict, OutboxEntry, OutboxFull, OutboxStorageError, WorkerState, free_bytes
 
 REFUSAL_DIFFERENCES_LOGGED_MAX = 20
 
@@ -398,6 +399,10 @@ class WorkerSession:
         self.groups_finished = 0
         self.connected = False  # a stream is open and welcomed
         self._offer_below = 0  # outbox entries below this seq are offered after a restore
+        # Why no new cell starts now (the state dir's disk is full), for the heartbeat and the
+        # status line; "" while there is room (`_wait_for_room`).
+        self.degraded = ""
+        self._outcomes_waiting = 0  # outcomes held in memory until the disk has room
         self.welcomed = asyncio.Event()  # set at the first Welcome (sd_notify READY=1)
 
     # ---- control --------------------------------------------------------------------------
@@ -424,7 +429,8 @@ class WorkerSession:
         if self.draining:
             state = "draining, " + state
         busy = sum(1 for h in self._held.values() if h.running)
-        return f"{state}, {busy}/{self._config.slots} slots busy, outbox {self._state.depth}"
+        line = f"{state}, {busy}/{self._config.slots} slots busy, outbox {self._state.depth}"
+        return line + (f"; no new cell: {self.degraded}" if self.degraded else "")
 
     def _notify(self) -> None:
         """Wake everyone waiting for a change of the held set or the outbox."""
@@ -725,6 +731,7 @@ class WorkerSession:
             owned_assignment_ids=sorted(aid for aid, h in self._held.items() if not h.revoked),
             running_cells=self._running_cells,
             outbox_depth=self._state.depth,
+            degraded=self.degraded,
         )
 
     async def _ticker(self, s: _Stream) -> None:
@@ -736,6 +743,9 @@ class WorkerSession:
         sent_at = loop.time()
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
+            reason = await asyncio.to_thread(self._room)
+            if reason or not self._outcomes_waiting:
+                self._set_degraded(reason)  # said before a group comes that could not start
             # A worker that holds groups beats every interval: a frame this recent is what tells
             # the coordinator that its stream's end is a death, not a silence (issue 11).
             if self._idle_heartbeat_s > self._heartbeat_interval_s and not self._holds_groups():
@@ -750,7 +760,7 @@ class WorkerSession:
         return any(not h.revoked for h in self._held.values())
 
     def _heartbeat_content(self) -> tuple[Any, ...]:
-        return (sorted(aid for aid, h in self._held.items() if not h.revoked), self._running_cells)
+        return (sorted(aid for aid, h in self._held.items() if not h.revoked), self._running_cells, self.degraded)
 
     async def _drain_notice(self, s: _Stream) -> None:
         await self._draining.wait()
@@ -939,12 +949,46 @@ class WorkerSession:
                                  started_ms=at, finished_ms=at, detail=one_line(failure)))
             outcome = CellOutcome(report, ())
         else:
+            await self._wait_for_room(held)
             self._running_cells += 1
             try:
                 outcome = await executor.run(job, held.cancel)
             finally:
                 self._running_cells -= 1
         await self._buffer(held, push, cell, outcome)
+
+    def _room(self) -> str:
+        """Why a cell's result could not be kept now ("" when it could): too little free space
+        on the state dir's file system."""
+        if self._state.disk_full:
+            return f"the disk is full: the outbox waits for room ({one_line(self._state.disk_full, 200)})"
+        need = self._config.min_free_mb << 20
+        if not need:
+            return ""
+        free = free_bytes(self._config.state_dir)
+        if free is None or free >= need:
+            return ""
+        return (f"the state dir's file system ({self._config.state_dir}) has {free >> 20} MiB free, "
+                f"under min_free_mb {self._config.min_free_mb}: no new cell starts until there is room")
+
+    def _set_degraded(self, reason: str) -> None:
+        if reason != self.degraded:
+            if reason:
+                self._log.error("no new cell starts: the disk is full", reason=reason)
+            else:
+                self._log.warning("room again: cells start", was=self.degraded)
+            self.degraded = reason
+            self._notify()
+
+    async def _wait_for_room(self, held: _Held) -> None:
+        """A cell starts only while its result can be kept; a full disk waits (saying so in the
+        heartbeat: the coordinator gives this worker no new work) instead of failing every
+        attempt at once, which exhausted a whole run in seconds."""
+        while (reason := await asyncio.to_thread(self._room)) and not held.cancel.is_set():
+            self._set_degraded(reason)
+            await asyncio.sleep(ROOM_RECHECK_MS / 1000)
+        if not reason:
+            self._set_degraded("")
 
     async def _buffer(self, held: _Held, push: coordinator_pb2.AssignmentPush,
                       cell: coordinator_pb2.CellAssignment, outcome: CellOutcome) -> None:
@@ -967,6 +1011,16 @@ class WorkerSession:
                     self._log.warning("outbox full: waiting to store an outcome", attempt=attempt, problem=str(e))
                     full_logged = True
                 await asyncio.sleep(OUTBOX_FULL_RETRY_MS / 1000)
+            except OutboxStorageError as e:
+                if not e.disk_full:
+                    raise
+                # The outcome stays in memory until the disk has room: the worker stays up.
+                self._outcomes_waiting += 1
+                try:
+                    self._set_degraded(f"the disk is full: an outcome waits to be stored ({one_line(str(e), 200)})")
+                    await asyncio.sleep(ROOM_RECHECK_MS / 1000)
+                finally:
+                    self._outcomes_waiting -= 1
         held.cells_left -= 1
         self._notify_put()
         scratch = AttemptDirs.of(self._work_root, attempt).root

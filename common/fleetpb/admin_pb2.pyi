@@ -180,7 +180,7 @@ class ProviderStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., running: _Optional[int] = ..., peak_running: _Optional[int] = ..., effective: _Optional[int] = ..., declared: _Optional[int] = ..., throttled: _Optional[int] = ..., retry_after_ms_total: _Optional[int] = ..., slow_start: _Optional[bool] = ..., last_throttled: _Optional[str] = ..., last_throttled_age_ms: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id", "refused_run_id", "refused_reason", "refused_differences", "refused_age_ms", "serves_runs", "quarantined_until_ms", "quarantine_left_ms", "quarantine_reason", "probation", "quarantines", "streak")
+    __slots__ = ("worker_id", "status", "incarnation", "slots", "busy_slots", "last_heartbeat_age_ms", "environment_id", "refused_run_id", "refused_reason", "refused_differences", "refused_age_ms", "serves_runs", "quarantined_until_ms", "quarantine_left_ms", "quarantine_reason", "probation", "quarantines", "streak", "degraded")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +199,7 @@ class WorkerStatus(_message.Message):
     PROBATION_FIELD_NUMBER: _ClassVar[int]
     QUARANTINES_FIELD_NUMBER: _ClassVar[int]
     STREAK_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     status: str
     incarnation: int
@@ -217,7 +218,8 @@ class WorkerStatus(_message.Message):
     probation: bool
     quarantines: int
     streak: int
-    def __init__(self, worker_id: _Optional[str] = ..., status: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ..., environment_id: _Optional[str] = ..., refused_run_id: _Optional[str] = ..., refused_reason: _Optional[str] = ..., refused_differences: _Optional[_Iterable[_Union[_common_pb2.EnvironmentDifference, _Mapping]]] = ..., refused_age_ms: _Optional[int] = ..., serves_runs: _Optional[_Iterable[str]] = ..., quarantined_until_ms: _Optional[int] = ..., quarantine_left_ms: _Optional[int] = ..., quarantine_reason: _Optional[str] = ..., probation: _Optional[bool] = ..., quarantines: _Optional[int] = ..., streak: _Optional[int] = ...) -> None: ...
+    degraded: str
+    def __init__(self, worker_id: _Optional[str] = ..., status: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., busy_slots: _Optional[int] = ..., last_heartbeat_age_ms: _Optional[int] = ..., environment_id: _Optional[str] = ..., refused_run_id: _Optional[str] = ..., refused_reason: _Optional[str] = ..., refused_differences: _Optional[_Iterable[_Union[_common_pb2.EnvironmentDifference, _Mapping]]] = ..., refused_age_ms: _Optional[int] = ..., serves_runs: _Optional[_Iterable[str]] = ..., quarantined_until_ms: _Optional[int] = ..., quarantine_left_ms: _Optional[int] = ..., quarantine_reason: _Optional[str] = ..., probation: _Optional[bool] = ..., quarantines: _Optional[int] = ..., streak: _Optional[int] = ..., degraded: _Optional[str] = ...) -> None: ...
 
 class DeadLetterStatus(_message.Message):
     __slots__ = ("worker_id", "attempt_id", "reason")

@@ -8,6 +8,17 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ProtocolRevision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROTOCOL_REVISION_UNSPECIFIED: _ClassVar[ProtocolRevision]
+    PROTOCOL_REVISION_ACK_BATCH: _ClassVar[ProtocolRevision]
+    PROTOCOL_REVISION_RUN_OFFER: _ClassVar[ProtocolRevision]
+    PROTOCOL_REVISION_REPORT_BATCH: _ClassVar[ProtocolRevision]
+    PROTOCOL_REVISION_BUNDLE: _ClassVar[ProtocolRevision]
+    PROTOCOL_REVISION_TRANSPORT_LIVENESS: _ClassVar[ProtocolRevision]
+    PROTOCOL_REVISION_COMPLETION_BY_REPORTS: _ClassVar[ProtocolRevision]
+    PROTOCOL_REVISION_OVERLOADED: _ClassVar[ProtocolRevision]
+
 class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     REJECTION_REASON_UNSPECIFIED: _ClassVar[RejectionReason]
@@ -53,6 +64,7 @@ class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECTION_REASON_PROVIDERS_INVALID: _ClassVar[RejectionReason]
     REJECTION_REASON_WORKER_NOT_QUARANTINED: _ClassVar[RejectionReason]
     REJECTION_REASON_NOT_YET_MEASURED: _ClassVar[RejectionReason]
+    REJECTION_REASON_OVERLOADED: _ClassVar[RejectionReason]
 
 class Execution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -99,6 +111,14 @@ class AckOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACK_OUTCOME_DUPLICATE: _ClassVar[AckOutcome]
     ACK_OUTCOME_LATE: _ClassVar[AckOutcome]
     ACK_OUTCOME_REJECTED: _ClassVar[AckOutcome]
+PROTOCOL_REVISION_UNSPECIFIED: ProtocolRevision
+PROTOCOL_REVISION_ACK_BATCH: ProtocolRevision
+PROTOCOL_REVISION_RUN_OFFER: ProtocolRevision
+PROTOCOL_REVISION_REPORT_BATCH: ProtocolRevision
+PROTOCOL_REVISION_BUNDLE: ProtocolRevision
+PROTOCOL_REVISION_TRANSPORT_LIVENESS: ProtocolRevision
+PROTOCOL_REVISION_COMPLETION_BY_REPORTS: ProtocolRevision
+PROTOCOL_REVISION_OVERLOADED: ProtocolRevision
 REJECTION_REASON_UNSPECIFIED: RejectionReason
 REJECTION_REASON_MALFORMED_FRAME: RejectionReason
 REJECTION_REASON_OUT_OF_ORDER: RejectionReason
@@ -142,6 +162,7 @@ REJECTION_REASON_SPEND_CAP_REACHED: RejectionReason
 REJECTION_REASON_PROVIDERS_INVALID: RejectionReason
 REJECTION_REASON_WORKER_NOT_QUARANTINED: RejectionReason
 REJECTION_REASON_NOT_YET_MEASURED: RejectionReason
+REJECTION_REASON_OVERLOADED: RejectionReason
 EXECUTION_UNSPECIFIED: Execution
 EXECUTION_COMPLETED: Execution
 EXECUTION_SUBJECT_FAILED: Execution

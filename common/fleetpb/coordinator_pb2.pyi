@@ -113,14 +113,16 @@ class RunEnvironment(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., components: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("owned_assignment_ids", "running_cells", "outbox_depth")
+    __slots__ = ("owned_assignment_ids", "running_cells", "outbox_depth", "degraded")
     OWNED_ASSIGNMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_CELLS_FIELD_NUMBER: _ClassVar[int]
     OUTBOX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
     owned_assignment_ids: _containers.RepeatedScalarFieldContainer[str]
     running_cells: int
     outbox_depth: int
-    def __init__(self, owned_assignment_ids: _Optional[_Iterable[str]] = ..., running_cells: _Optional[int] = ..., outbox_depth: _Optional[int] = ...) -> None: ...
+    degraded: str
+    def __init__(self, owned_assignment_ids: _Optional[_Iterable[str]] = ..., running_cells: _Optional[int] = ..., outbox_depth: _Optional[int] = ..., degraded: _Optional[str] = ...) -> None: ...
 
 class CellReport(_message.Message):
     __slots__ = ("run_id", "attempt_id", "assignment_id", "generation", "report", "offered")

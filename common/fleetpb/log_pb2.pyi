@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LogRecord(_message.Message):
-    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released", "worker_lost", "coordinator_stalled", "worker_quarantined", "worker_probed", "worker_released", "coordinator_restored", "result_offered")
+    __slots__ = ("index", "now_ms", "run_submitted", "worker_registered", "cell_reported", "artifact_stored", "group_finished", "run_paused", "run_recovered", "run_repaired", "cell_retry_granted", "worker_drained", "worker_gone", "coordinator_recovered", "worker_suspected", "worker_resumed", "worker_expired", "time_advanced", "run_environment_measured", "run_pin_released", "worker_lost", "coordinator_stalled", "worker_quarantined", "worker_probed", "worker_released", "coordinator_restored", "result_offered", "worker_degraded")
     class RunSubmitted(_message.Message):
         __slots__ = ("run_id", "spec", "policy", "manifest", "worker_keys", "order")
         class ManifestEntry(_message.Message):
@@ -203,6 +203,13 @@ class LogRecord(_message.Message):
         backup_id: str
         epoch: str
         def __init__(self, backup_id: _Optional[str] = ..., epoch: _Optional[str] = ...) -> None: ...
+    class WorkerDegraded(_message.Message):
+        __slots__ = ("worker_id", "reason")
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        REASON_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        reason: str
+        def __init__(self, worker_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
     class ResultOffered(_message.Message):
         __slots__ = ("worker_id", "attempt_id", "assignment_id", "generation", "report")
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +250,7 @@ class LogRecord(_message.Message):
     WORKER_RELEASED_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_RESTORED_FIELD_NUMBER: _ClassVar[int]
     RESULT_OFFERED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_DEGRADED_FIELD_NUMBER: _ClassVar[int]
     index: int
     now_ms: int
     run_submitted: LogRecord.RunSubmitted
@@ -270,7 +278,8 @@ class LogRecord(_message.Message):
     worker_released: LogRecord.WorkerReleased
     coordinator_restored: LogRecord.CoordinatorRestored
     result_offered: LogRecord.ResultOffered
-    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ..., worker_lost: _Optional[_Union[LogRecord.WorkerLost, _Mapping]] = ..., coordinator_stalled: _Optional[_Union[LogRecord.CoordinatorStalled, _Mapping]] = ..., worker_quarantined: _Optional[_Union[LogRecord.WorkerQuarantined, _Mapping]] = ..., worker_probed: _Optional[_Union[LogRecord.WorkerProbed, _Mapping]] = ..., worker_released: _Optional[_Union[LogRecord.WorkerReleased, _Mapping]] = ..., coordinator_restored: _Optional[_Union[LogRecord.CoordinatorRestored, _Mapping]] = ..., result_offered: _Optional[_Union[LogRecord.ResultOffered, _Mapping]] = ...) -> None: ...
+    worker_degraded: LogRecord.WorkerDegraded
+    def __init__(self, index: _Optional[int] = ..., now_ms: _Optional[int] = ..., run_submitted: _Optional[_Union[LogRecord.RunSubmitted, _Mapping]] = ..., worker_registered: _Optional[_Union[LogRecord.WorkerRegistered, _Mapping]] = ..., cell_reported: _Optional[_Union[LogRecord.CellReported, _Mapping]] = ..., artifact_stored: _Optional[_Union[LogRecord.ArtifactStored, _Mapping]] = ..., group_finished: _Optional[_Union[LogRecord.GroupFinished, _Mapping]] = ..., run_paused: _Optional[_Union[LogRecord.RunPaused, _Mapping]] = ..., run_recovered: _Optional[_Union[LogRecord.RunRecovered, _Mapping]] = ..., run_repaired: _Optional[_Union[LogRecord.RunRepaired, _Mapping]] = ..., cell_retry_granted: _Optional[_Union[LogRecord.CellRetryGranted, _Mapping]] = ..., worker_drained: _Optional[_Union[LogRecord.WorkerDrained, _Mapping]] = ..., worker_gone: _Optional[_Union[LogRecord.WorkerGone, _Mapping]] = ..., coordinator_recovered: _Optional[_Union[LogRecord.CoordinatorRecovered, _Mapping]] = ..., worker_suspected: _Optional[_Union[LogRecord.WorkerSuspected, _Mapping]] = ..., worker_resumed: _Optional[_Union[LogRecord.WorkerResumed, _Mapping]] = ..., worker_expired: _Optional[_Union[LogRecord.WorkerExpired, _Mapping]] = ..., time_advanced: _Optional[_Union[LogRecord.TimeAdvanced, _Mapping]] = ..., run_environment_measured: _Optional[_Union[LogRecord.RunEnvironmentMeasured, _Mapping]] = ..., run_pin_released: _Optional[_Union[LogRecord.RunPinReleased, _Mapping]] = ..., worker_lost: _Optional[_Union[LogRecord.WorkerLost, _Mapping]] = ..., coordinator_stalled: _Optional[_Union[LogRecord.CoordinatorStalled, _Mapping]] = ..., worker_quarantined: _Optional[_Union[LogRecord.WorkerQuarantined, _Mapping]] = ..., worker_probed: _Optional[_Union[LogRecord.WorkerProbed, _Mapping]] = ..., worker_released: _Optional[_Union[LogRecord.WorkerReleased, _Mapping]] = ..., coordinator_restored: _Optional[_Union[LogRecord.CoordinatorRestored, _Mapping]] = ..., result_offered: _Optional[_Union[LogRecord.ResultOffered, _Mapping]] = ..., worker_degraded: _Optional[_Union[LogRecord.WorkerDegraded, _Mapping]] = ...) -> None: ...
 
 class LogEntry(_message.Message):
     __slots__ = ("record", "crc32")

@@ -126,7 +126,7 @@ def worker_json(w: Any) -> dict:
                         "age_ms": w.refused_age_ms,
                         "differences": [{"key": d.key, "run": d.run_value, "worker": d.worker_value}
                                         for d in w.refused_differences]} if w.refused_run_id else None,
-            "streak": w.streak,
+            "streak": w.streak, "degraded": w.degraded or None,
             "quarantine": {"until_ms": w.quarantined_until_ms or None,
                            "left_ms": w.quarantine_left_ms if w.quarantined_until_ms else None,
                            "reason": w.quarantine_reason, "probation": w.probation, "quarantines": w.quarantines}

@@ -73,6 +73,7 @@ class HeartbeatReceived:
     now_ms: int
     worker_id: WorkerId
     owned: tuple[AssignmentId, ...] = ()
+    degraded: str = ""  # why the worker starts no new cell now; "" when it takes work
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +260,16 @@ class CoordinatorRestored:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerDegraded:
+    """A worker's heartbeat says it starts no new cell (`reason`: its state dir's disk is full)
+    or, with `reason` empty, that it takes work again (derived from a heartbeat)."""
+
+    now_ms: int
+    worker_id: WorkerId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ResultOffered:
     """A worker that saw the coordinator's epoch change offers a result it kept (reported, and
     maybe acknowledged, before the restore). Known to the coordinator, it is an ordinary
@@ -294,7 +305,7 @@ Command = (
     | WorkerDrained | WorkerGone | ClockTicked | CoordinatorRecovered | WorkerSuspected
     | WorkerResumed | WorkerExpired | TimeAdvanced | RunEnvironmentMeasured | RunPinReleased | WorkerStreamEnded
     | WorkerLost | StreamsAlive | CoordinatorStalled | WorkerQuarantined | WorkerProbed | WorkerReleased
-    | CoordinatorRestored | ResultOffered
+    | CoordinatorRestored | ResultOffered | WorkerDegraded
 )
 SOFT_COMMANDS = (HeartbeatReceived, WorkerDisconnected, WorkerStreamEnded, ClockTicked, StreamsAlive)
 

@@ -933,6 +933,27 @@ def _worker_released(state: State, cmd: c.WorkerReleased, fx: Fx) -> Outcome:
     return ACCEPTED
 
 
+def _worker_degraded(state: State, cmd: c.WorkerDegraded, fx: Fx) -> Outcome:
+    """A worker that cannot keep a result now (its disk is full) gets no new work until it says
+    it can again; what it holds stays its own (it finishes those cells once it has room)."""
+    worker = state.workers.get(cmd.worker_id)
+    if worker is None:
+        return _unknown_worker(cmd.worker_id)
+    if len(cmd.reason) > limits.ID_CHARS_MAX:
+        return rejected(Rejection.MALFORMED_FRAME, f"a reason of {len(cmd.reason)} characters")
+    if worker.degraded == cmd.reason:
+        return DUPLICATE
+    worker.degraded = cmd.reason
+    state.version += 1
+    _refresh_free(state, worker)
+    if cmd.reason:
+        fx.append(Emit("worker_degraded", None, worker.worker_id, f"no new work: {cmd.reason}"))
+    else:
+        fx.append(Emit("worker_undegraded", None, worker.worker_id, "takes work again"))
+        _fill(state, cmd.now_ms, fx)
+    return ACCEPTED
+
+
 def _worker_drained(state: State, cmd: c.WorkerDrained, fx: Fx) -> Outcome:
     worker = state.workers.get(cmd.worker_id)
     if worker is None:
@@ -1134,6 +1155,11 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
         t = _HANDLERS[c.WorkerResumed](state, resumed)
         fx.extend(t.effects)
         durable = t.durable
+    if cmd.degraded[:limits.ID_CHARS_MAX] != worker.degraded:
+        t = _HANDLERS[c.WorkerDegraded](state, c.WorkerDegraded(cmd.now_ms, worker.worker_id,
+                                                                cmd.degraded[:limits.ID_CHARS_MAX]))
+        fx.extend(t.effects)
+        durable += t.durable
     return Transition(ACCEPTED, tuple(fx), durable)
 
 
@@ -1331,7 +1357,7 @@ def _set_status(state: State, worker: WorkerState, status: WorkerStatus) -> None
 
 def _refresh_free(state: State, worker: WorkerState) -> None:
     free = (worker.status == WorkerStatus.ACTIVE and not worker.draining and not worker.quarantined_until_ms
-            and len(worker.assignments) < worker.slots)
+            and not worker.degraded and len(worker.assignments) < worker.slots)
     listed = worker.worker_id in state.free_workers
     if free and not listed:
         _free_add(state, worker)
@@ -1624,6 +1650,7 @@ _HANDLERS: dict[type, Callable[[State, object], Transition]] = {
     c.WorkerReleased: _durable(_worker_released),
     c.CoordinatorRestored: _durable(_coordinator_restored),
     c.ResultOffered: _durable(_result_offered),
+    c.WorkerDegraded: _durable(_worker_degraded),
     c.WorkerSuspected: _durable(_worker_suspected),
     c.WorkerResumed: _durable(_worker_resumed),
     c.WorkerExpired: _durable(_worker_expired),

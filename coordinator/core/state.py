@@ -176,6 +176,8 @@ class WorkerState:
     quarantine_reason: str = ""
     quarantines: int = 0  # in a row, without a selectable report between: the backoff doubles
     probation: bool = False  # probed after a quarantine: one more failure quarantines it again
+    # Why it starts no new cell (its heartbeat said: its state dir's disk is full); it gets no work.
+    degraded: str = ""
 
 
 @dataclass(slots=True)
@@ -389,7 +391,8 @@ def durable_view(state: State) -> dict:
                                   # Only when set: fingerprints from before quarantines stay the same.
                                   *([w.streak, w.streak_started_ms, w.quarantined_until_ms, w.quarantine_reason,
                                      w.quarantines, w.probation]
-                                    if w.streak or w.quarantines or w.quarantined_until_ms or w.probation else [])]
+                                    if w.streak or w.quarantines or w.quarantined_until_ms or w.probation else []),
+                                  *([w.degraded] if w.degraded else [])]
                     for w in state.workers.values()},
         "assignments": {a.assignment_id: [a.run_id, a.group_index, a.generation, a.worker_id, list(a.attempts),
                                           a.dispatched_ms, a.deadline_ms, a.authoritative, a.unreported,

@@ -118,3 +118,46 @@ def test_a_full_coordinator_disk_serves_reads_refuses_writes_and_writes_again_wh
         assert "storage_writable_again" in cluster.coordinator.log_path.read_text()
     finally:
         cluster.stop_all()
+
+
+WORKER_DISK_TASKS = 30
+
+
+def test_a_worker_whose_disk_fills_starts_nothing_it_could_not_keep_and_goes_on_when_space_returns(
+        tmp_path: Path, small_disk: Path) -> None:
+    """The issue's case: one worker (2 slots), its state dir (and so its scratch) on the small
+    disk, filled by another program after 6 cells were selected and freed 8 s later. The worker
+    stays up, says why in its heartbeat (fleetctl status shows it), starts no cell meanwhile, and
+    the run completes with no cell out of attempts (before: 32 of 60)."""
+    cluster = Cluster(tmp_path / "cluster")
+    (cluster.root / "workers").mkdir(parents=True)
+    (small_disk / "w1").mkdir()
+    (cluster.root / "workers" / "w1").symlink_to(small_disk / "w1")
+    try:
+        cluster.start_coordinator()
+        worker = cluster.start_worker("w1", slots=2, extra=("--min-free-mb", "4"))
+        pid = worker.pid
+        run_id = cluster.submit(intbench_spec(WORKER_DISK_TASKS, subjects=("medium", "good")), FAST_POLICY)
+        deadline = time.monotonic() + 60
+        while len(selected(cluster.results(run_id))) < 6:
+            assert time.monotonic() < deadline, cluster.tails()
+            time.sleep(0.05)
+        filler = fill(small_disk)
+        said = ""
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            assert worker.alive(), cluster.tails()
+            for w in cluster.status()["workers"]:
+                said = said or (w.get("degraded") or "")
+            time.sleep(0.2)
+        stuck = len(selected(cluster.results(run_id)))
+        filler.unlink()
+        final = cluster.wait_settled(run_id, timeout_s=120)
+        assert "MiB free" in said or "disk is full" in said, f"status never said why: {said!r}\n" + cluster.tails()
+        assert worker.pid == pid and worker.alive(), "the worker stayed up"
+        assert final["summary"]["state"] == "complete", cluster.tails()
+        assert final["summary"]["selected"] == 2 * WORKER_DISK_TASKS and stuck < 2 * WORKER_DISK_TASKS
+        assert not [c for c in final["cells"] if c["state"] != "selected"], "a cell ran out of attempts"
+        assert "no new cell starts" in worker.log_path.read_text()
+    finally:
+        cluster.stop_all()

@@ -159,6 +159,11 @@ def _case_result_offered():
     return k, c.ResultOffered(10, WorkerId("w1"), tid, aid, 1, OK), OutcomeKind.ACCEPTED
 
 
+def _case_worker_degraded():
+    k = _one_run_one_worker()
+    return k, c.WorkerDegraded(10, WorkerId("w1"), "the disk is full"), OutcomeKind.ACCEPTED
+
+
 def _quarantined_worker():
     from tests.unit.test_core_quarantine import black_hole_beside_a_healthy_worker
     k = black_hole_beside_a_healthy_worker()
@@ -259,6 +264,7 @@ ONE_OF_EACH = {
     c.CoordinatorStalled: _case_coordinator_stalled,
     c.CoordinatorRestored: _case_coordinator_restored,
     c.ResultOffered: _case_result_offered,
+    c.WorkerDegraded: _case_worker_degraded,
     c.WorkerQuarantined: _case_worker_quarantined,
     c.WorkerProbed: _case_worker_probed,
     c.WorkerReleased: _case_worker_released,

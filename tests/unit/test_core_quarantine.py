@@ -160,3 +160,34 @@ def test_a_subject_that_fails_on_every_worker_quarantines_nobody_and_its_cells_r
     assert not any(w.quarantined_until_ms or w.quarantines for w in k.state.workers.values())
     assert all(cell.forgiven == 0 for cell in k.run.cells.values())
     k.assert_replays()
+
+
+# --- a worker whose disk is full says so and gets no work ------------------------------------
+
+def test_a_worker_whose_disk_is_full_gets_no_work_until_its_heartbeat_says_it_has_room():
+    from tests.unit.core_helpers import Core, make_policy, make_spec, pushes, durable_types
+
+    k = Core(make_spec(tasks=4, subjects=1), make_policy())
+    k.register("full", slots=1)
+    k.register("ok", slots=1)
+    first = {wid: k.held(wid)[0] for wid in ("full", "ok")}
+    t = k.apply(c.HeartbeatReceived(k.now, WorkerId("full"), tuple(k.held("full")), "the disk is full"))
+    assert durable_types(t) == ["WorkerDegraded"] and k.worker("full").degraded == "the disk is full"
+    assert "full" not in k.state.free_workers
+    # It keeps what it holds; when that group ends, nothing new goes to it, all to the other.
+    k.report_all(first["full"])
+    assert k.held("full") == []
+    for _ in range(3):
+        aid = k.held("ok")[0] if k.held("ok") else None
+        if aid is None:
+            break
+        t_all = k.report_all(aid)
+        assert not any(pushes(x, "full") for x in t_all)
+    assert k.held("full") == []
+    # Room again: the next heartbeat says so and it gets work at once.
+    t = k.apply(c.HeartbeatReceived(k.now, WorkerId("full"), (), ""))
+    assert "WorkerDegraded" in durable_types(t) and k.worker("full").degraded == ""
+    assert k.run.settled or pushes(t, "full")
+    # The same word twice decides nothing.
+    assert durable_types(k.apply(c.HeartbeatReceived(k.now, WorkerId("full"), tuple(k.held("full")), ""))) == []
+    k.assert_replays()

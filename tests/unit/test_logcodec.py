@@ -171,6 +171,7 @@ STRATEGIES: dict[type, st.SearchStrategy] = {
     c.WorkerQuarantined: st.builds(c.WorkerQuarantined, now_ms=now_ms, worker_id=texts),
     c.WorkerProbed: st.builds(c.WorkerProbed, now_ms=now_ms, worker_id=texts),
     c.WorkerReleased: st.builds(c.WorkerReleased, now_ms=now_ms, worker_id=texts),
+    c.WorkerDegraded: st.builds(c.WorkerDegraded, now_ms=now_ms, worker_id=texts, reason=texts),
     c.CoordinatorRestored: st.builds(c.CoordinatorRestored, now_ms=now_ms, backup_id=texts, epoch=texts),
     c.ResultOffered: st.builds(
         c.ResultOffered, now_ms=now_ms, worker_id=texts, attempt_id=texts, assignment_id=texts,

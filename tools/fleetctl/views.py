@@ -231,6 +231,8 @@ def print_status(data: dict, list_workers: bool = False) -> None:
                 print(refusal_lines(w["worker_id"], w["refusal"]))
             if w.get("quarantine"):
                 print(quarantine_line(w["worker_id"], w["quarantine"], w.get("streak") or 0))
+            if w.get("degraded"):
+                print(f"worker {w['worker_id']} takes no new work: {w['degraded']}")
     else:
         print("no workers registered")
     for d in data["dead_letters"]:

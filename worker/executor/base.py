@@ -482,12 +482,3 @@ async def wait_process(proc: asyncio.subprocess.Process, cancel: asyncio.Event, 
     if proc.returncode is not None:
         return "exited"
     return "timeout"
-
-
-def executor_for(kind: str, *, path: str | None = None) -> Executor:
-    """Transitional: worker/executor/registry.py's `executor_for`, for worker/session.py, which imports it
-    from here until its owner moves that import to worker.executor.registry (issue 25); then
-    this goes, and with it the last base <-> registry edge (tests/test_tidy.py lists it)."""
-    from worker.executor.registry import executor_for as chosen
-
-    return chosen(kind, path=path)

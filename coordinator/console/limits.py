@@ -11,9 +11,9 @@ MATRIX_CELLS_MAX = 2_400
 MATRIX_ROWS_MAX = 120
 # Rows of a paged table (cells, workers) per page.
 TABLE_ROWS_MAX = 100
-# The timeline draws every group dispatch up to this many; a larger run's timeline is left to
-# `fleetctl report --html` (one SVG rect per cell: 2,000 groups of 5 is about 1 MB of SVG).
-TIMELINE_BARS_MAX = 1_500
+# The timeline draws every attempt up to this many; a larger run's timeline is left to
+# `fleetctl report --html` (one SVG rect of about 250 bytes per attempt, plus its group's frame).
+TIMELINE_CELLS_MAX = 3_000
 # Events kept for browsers that reconnect (Last-Event-ID): at W1's rate of a few thousand
 # events a second this is a few seconds; older than that, a page is told to resync.
 EVENTS_KEPT_MAX = 20_000
@@ -42,6 +42,7 @@ ARTIFACT_INLINE_BYTES_MAX = 1 << 20
 ACTIONS_KEPT_MAX = 200
 
 assert MATRIX_CELLS_MAX * 200 < RESPONSE_BYTES_MAX  # about 150 bytes a drawn cell
+assert TIMELINE_CELLS_MAX * 400 < RESPONSE_BYTES_MAX
 assert TABLE_ROWS_MAX * 1_000 < RESPONSE_BYTES_MAX
 assert BULK_RETRY_CELLS_MAX * 120 < RESPONSE_BYTES_MAX  # the dry run lists every cell id
 assert REFRESH_MIN_MS <= REFRESH_MAX_MS

@@ -7,8 +7,8 @@ Rules.
 - Pure: no I/O, no clock (the time, when a page shows one, is an argument).
 - Bounded: a page's size does not grow with the run or the fleet. A matrix of more than
   MATRIX_CELLS_MAX cells aggregates consecutive task groups into at most MATRIX_ROWS_MAX
-  rows; tables show TABLE_ROWS_MAX rows a page; the timeline draws at most TIMELINE_BARS_MAX
-  group dispatches (beyond, the page says so and names `fleetctl report --html`).
+  rows; tables show TABLE_ROWS_MAX rows a page; the timeline draws at most TIMELINE_CELLS_MAX
+  attempts (beyond, the page says so and names `fleetctl report --html`).
 - Every value a test or a script reads has an id or a data attribute, as in the report.
 - What refreshes live is inside `#live` (read again as a fragment on events); the forms an
   operator types into are outside it, so that a refresh never eats what is being typed.
@@ -395,8 +395,8 @@ def run_live(run_id: str, results: dict, status: dict, attempts: list[Any], f: d
     subject_order: dict[str, int] = {}
     for c in cells:
         subject_order.setdefault(c["subject"], len(subject_order))
-    groups_dispatched = len({e.get("assignment_id") for e in timeline})
-    if groups_dispatched <= limits.TIMELINE_BARS_MAX:
+    groups_dispatched = len({(e.get("worker_id"), e.get("assignment_id") or e.get("cell_id")) for e in timeline})
+    if len(timeline) <= limits.TIMELINE_CELLS_MAX:
         lanes = layout(timeline, status, subject_order)
         timeline_html, tstats = render_timeline(lanes, int(summary.get("late_reports") or 0))
         timeline_section = render_timeline_section(results, timeline, lanes, tstats, timeline_html)
@@ -404,8 +404,9 @@ def run_live(run_id: str, results: dict, status: dict, attempts: list[Any], f: d
         lanes = layout([], status, subject_order)
         tstats = {"bars": groups_dispatched}
         timeline_section = (f'<section id="timeline"><h2>Timeline per worker slot</h2><p class="note" id="timeline-omitted" '
-                            f'data-groups="{groups_dispatched}">{groups_dispatched} group dispatches: more than the '
-                            f'{limits.TIMELINE_BARS_MAX} the console draws; <code>fleetctl report {esc(run_id)} --html '
+                            f'data-groups="{groups_dispatched}" data-attempts="{len(timeline)}">{len(timeline)} attempts in '
+                            f'{groups_dispatched} group dispatches: more than the {limits.TIMELINE_CELLS_MAX} attempts '
+                            'the console draws; <code>fleetctl report {esc(run_id)} --html '
                             'FILE</code> draws them all.</p></section>')
     scores_html, n_subjects = render_scores(cells, summary.get("score_range"))
     incomplete_html, _ = render_incomplete(cells, rows_max=20)

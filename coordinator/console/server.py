@@ -4,7 +4,8 @@ thread), on `--http-listen`, TLS with the gRPC port's certificate when it has on
 Order of a request: security headers on every answer; who is asking (session cookie or bearer
 header, coordinator/console/auth.py): nobody known sees the login page and nothing else; a
 page reads through the Admin RPCs in the process (coordinator/console/admin.py) via a cache
-that five browsers share (a read is done again at most every REFRESH_MIN_MS, and never
+that five browsers share, and is rendered on a worker thread (pages.py is pure and the cached
+dicts are never changed), so that a large run's page does not hold the event loop (a read is done again at most every REFRESH_MIN_MS, and never
 sooner than REFRESH_COST_FACTOR times what it cost); an action must come from an admin, with
 the session's CSRF token and from this origin, goes through the same Admin RPC as fleetctl,
 and is logged with who did it (`console_action`), refused ones too (`console_action_refused`).
@@ -269,8 +270,8 @@ class Console:
         etas = {r["run_id"]: self.etas.eta_s(r["run_id"], r["cells_selected"] + r["cells_exhausted"], r["cells_total"])
                 for r in status["runs"]}
         workers = sorted(status["workers"], key=lambda w: w["worker_id"])
-        live = _seq(pages.fleet_live(status, workers, self._page_number(request), etas, list(self.actions), principal,
-                                     ttl), seq)
+        live = _seq(await asyncio.to_thread(pages.fleet_live, status, workers, self._page_number(request), etas,
+                                            list(self.actions), principal, ttl), seq)
         return self._html(live if request.query.get("fragment") else pages.fleet_page(live, principal))
 
     async def api_status(self, request: web.Request) -> web.Response:
@@ -290,8 +291,9 @@ class Console:
         done = results["summary"]["selected"] + sum(1 for c in results["cells"]
                                                     if c.get("incomplete_reason") == "exhausted")
         f = self._filter(request)
-        live = _seq(pages.run_live(run_id, results, status, attempts, f, self._page_number(request),
-                                   self.etas.eta_s(run_id, done, total), principal, ttl), seq)
+        live = _seq(await asyncio.to_thread(pages.run_live, run_id, results, status, attempts, f,
+                                            self._page_number(request), self.etas.eta_s(run_id, done, total),
+                                            principal, ttl), seq)
         return self._html(live if request.query.get("fragment") else pages.run_page(run_id, live, run, f, principal))
 
     async def cell(self, request: web.Request) -> web.Response:

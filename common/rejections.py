@@ -56,3 +56,5 @@ class Rejection(enum.IntEnum):
     WORKER_NOT_QUARANTINED = 45  # a release of a worker that is not quarantined
     # Issue 23 (restore from a backup).
     NOT_YET_MEASURED = 46  # an offered result before its worker measured the run on this stream: resend
+    # Issue 25.
+    OVERLOADED = 47  # the coordinator's command queue is full; nothing was changed: resend

@@ -26,23 +26,26 @@ from coordinator.core.effects import (
 )
 from coordinator.logcodec import LogCodecError, report_from_proto
 
-# 4 implies 3 (run environment offers) and 2: a worker of 4 may send ReportBatch, reads
-# FrameBundle and heartbeats only on change; the coordinator says its revision in the Welcome.
-# 5 changes nothing on the wire: it is the coordinator's promise that an assignment is released
-# by the commit of its last cell report (coordinator/core/machine.py `_cell_reported`), so a
-# worker of 5 finishes an assignment whose every cell was acknowledged ACCEPTED or DUPLICATE
-# without a GroupFinished. Workers of 3 and 4 are served as before (their GroupFinished is
-# answered DUPLICATE).
-PROTOCOL_VERSION = 5
-ACK_BATCH_PROTOCOL_VERSION = 2  # from this revision on, a worker accepts AckBatch frames
-# From this revision on, a worker measures a run's environment when offered it; an older one
-# cannot show that it runs the run's benchmark and is refused.
-RUN_OFFER_PROTOCOL_VERSION = 3
-REPORT_BATCH_PROTOCOL_VERSION = 4  # from this revision on, a worker may send ReportBatch
-BUNDLE_PROTOCOL_VERSION = 4  # ... and reads FrameBundle
+# The protocol's revisions, what each brought and what each implies, are protos/fleet/v1/common.proto
+# `ProtocolRevision`; these are the coordinator's names for them. It speaks 5: an assignment is
+# released by the commit of its last cell report (coordinator/core/machine.py `_cell_reported`);
+# workers of 3 and 4 are served as before (their GroupFinished is answered DUPLICATE), one below
+# 3 cannot show that it runs a run's benchmark and is refused.
+PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_COMPLETION_BY_REPORTS
+ACK_BATCH_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_ACK_BATCH
+RUN_OFFER_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_RUN_OFFER
+REPORT_BATCH_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_REPORT_BATCH
+BUNDLE_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_BUNDLE
+TRANSPORT_LIVENESS_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_TRANSPORT_LIVENESS
+OVERLOADED_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_OVERLOADED
 BUNDLE_FRAMES_MAX = 256
-TRANSPORT_LIVENESS_PROTOCOL_VERSION = 4  # ... and heartbeats only on change (liveness: keepalive)
 ACK_BATCH_MAX = 256
+
+
+def overload_rejection(protocol_version: int) -> Rejection:
+    """What a worker's frame is refused with when the actor's queue is full: OVERLOADED to a
+    worker that knows the reason, STORAGE_FULL (which every worker resends) to an older one."""
+    return Rejection.OVERLOADED if protocol_version >= OVERLOADED_PROTOCOL_VERSION else Rejection.STORAGE_FULL
 
 
 class FrameError(ValueError):

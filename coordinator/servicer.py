@@ -100,6 +100,8 @@ class Session:
     # so every heartbeat interval, with what the worker's last heartbeat (or hello) said it owns.
     transport_liveness: bool = False
     bundles: bool = False  # protocol 4: frames queued together travel as one FrameBundle
+    # What a frame met by a full actor queue is refused with (codec.overload_rejection).
+    overloaded: Rejection = Rejection.STORAGE_FULL
     owned: tuple = ()
     degraded: str = ""  # the last heartbeat's: why the worker starts no new cell
     beat_at: float = 0.0  # loop time of the last heartbeat received or refreshed
@@ -303,7 +305,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         wid = WorkerId(grant.worker_id)
         session = Session(wid, context, batch_acks=hello.protocol_version >= codec.ACK_BATCH_PROTOCOL_VERSION,
                           incarnation=hello.incarnation,
-                          bundles=hello.protocol_version >= codec.BUNDLE_PROTOCOL_VERSION)
+                          bundles=hello.protocol_version >= codec.BUNDLE_PROTOCOL_VERSION,
+                          overloaded=codec.overload_rejection(hello.protocol_version))
         session.frame_at = asyncio.get_running_loop().time()
         try:
             await self._register(session, grant.new_credential, hello, environment, context)
@@ -617,7 +620,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             self.actor.submit(Request(reports=Reports(WorkerId(session.worker_id), rows, wire), done=done))
         except Overloaded:
             for seq in seqs:
-                self._ack(session, seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"))
+                self._ack(session, seq, rejected(session.overloaded, "coordinator overloaded: resend"))
 
     def _heartbeat(self, session: Session, owned: tuple) -> None:
         """Coalesced: only the latest heartbeat of each worker matters, and all of them go to
@@ -711,7 +714,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         try:
             self.actor.submit(Request(make=make, done=done))
         except Overloaded:
-            self._ack(session, seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"))
+            self._ack(session, seq, rejected(session.overloaded, "coordinator overloaded: resend"))
 
     async def _upload(self, session: Session, seq: int, u: Any) -> None:
         digest = Digest(codec.require_digest(u.digest))
@@ -778,7 +781,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         try:
             self.actor.submit(Request(make=lambda now: c.ArtifactStored(now, digest, size), done=done))
         except Overloaded:
-            session.send(codec.ack_frame(seq, rejected(Rejection.STORAGE_FULL, "coordinator overloaded: resend"),
+            session.send(codec.ack_frame(seq, rejected(session.overloaded, "coordinator overloaded: resend"),
                                          committed_offset=0, digest=digest))
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from common.fleetpb import common_pb2
 from common.ids import WorkerId
 from common.limits import ID_CHARS_MAX, SLOTS_PER_WORKER_MAX
 from common.notify import NotifySettings, settings_from_environ
@@ -84,14 +85,15 @@ GOODBYE_ACK_TIMEOUT_MS = 2_000
 # Runs offered on one stream and waiting to be measured; an offer past it comes again with
 # the next heartbeat.
 RUN_OFFERS_QUEUED_MAX = 64
-# 2: understands AckBatch; 3: measures a run's environment when offered it; 4 (implies 3):
-# sends ReportBatch, reads FrameBundle, heartbeats only on change; 5 (implies 4): finishes an
-# assignment without GroupFinished once a coordinator of 5 acknowledged all its cells.
-PROTOCOL_VERSION = 5
-REPORT_BATCH_PROTOCOL_VERSION = 4  # a coordinator whose Welcome says this or more takes ReportBatch
+# The protocol's revisions are protos/fleet/v1/common.proto `ProtocolRevision`. This worker
+# speaks 5 (which implies 2 to 4): it finishes an assignment without GroupFinished once a
+# coordinator of 5 acknowledged all its cells.
+PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_COMPLETION_BY_REPORTS
+# A coordinator whose Welcome says this or more takes ReportBatch.
+REPORT_BATCH_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_REPORT_BATCH
 # A coordinator whose Welcome says this or more releases an assignment at the commit of its last
 # cell report: an assignment whose every cell was acknowledged ACCEPTED or DUPLICATE is over.
-COMPLETION_BY_REPORTS_PROTOCOL_VERSION = 5
+COMPLETION_BY_REPORTS_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_COMPLETION_BY_REPORTS
 
 
 PROGRAM = "fleet-worker"

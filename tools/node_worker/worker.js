@@ -51,7 +51,9 @@ const GOODBYE_ACK_TIMEOUT_MS = 2000;
 const DELIVERIES_IN_FLIGHT_MAX = 16;
 const REPORT_SENDS_MAX = 3;
 const UPLOAD_RESTARTS_MAX = 3;
-const PROTOCOL_VERSION = 3; // 2: understands AckBatch; 3: measures a run's keys when offered it
+// The protocol revision this worker speaks (it implies ACK_BATCH): read from protos/fleet/v1/
+// common.proto `ProtocolRevision`, the one list of revisions, once the protos are loaded.
+const PROTOCOL_REVISION = 'PROTOCOL_REVISION_RUN_OFFER';
 const EXIT_OK = 0, EXIT_FAILURE = 1, EXIT_OPERATOR = 2;
 const PERMANENT = new Set([grpc.status.UNAUTHENTICATED, grpc.status.PERMISSION_DENIED,
   grpc.status.FAILED_PRECONDITION]);
@@ -65,6 +67,14 @@ function log(level, event, fields = {}) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 class OperatorError extends Error {}
+
+// The number of a ProtocolRevision value, by name, from the loaded protos.
+function revisionNumber(def, name) {
+  const e = def['fleet.v1.ProtocolRevision'];
+  const v = e && e.type.value.find((x) => x.name === name);
+  if (!v) throw new Error(`protos/fleet/v1/common.proto has no ProtocolRevision ${name}`);
+  return v.number;
+}
 
 // ---- flags and the state directory --------------------------------------------------------
 function parseArgs(argv) {
@@ -187,6 +197,7 @@ class Worker {
     const def = protoLoader.loadSync('fleet/v1/coordinator.proto', { includeDirs: [PROTOS], keepCase: true,
       longs: Number, enums: String, defaults: true, oneofs: true });
     const { Coordinator } = grpc.loadPackageDefinition(def).fleet.v1;
+    this.protocolVersion = revisionNumber(def, PROTOCOL_REVISION);
     const creds = cfg.tlsCa ? grpc.credentials.createSsl(fs.readFileSync(cfg.tlsCa)) : grpc.credentials.createInsecure();
     this.client = new Coordinator(cfg.coordinator, creds, {
       'grpc.max_send_message_length': MESSAGE_BYTES_MAX, 'grpc.max_receive_message_length': MESSAGE_BYTES_MAX,
@@ -268,7 +279,7 @@ class Worker {
       cell_environment_id: cellEnvironmentId(this.ident.manifest),
       owned_assignment_ids: [...this.held].filter(([, h]) => h.running && !h.revoked).map(([a]) => a).sort(),
       buffered_attempt_ids: [...this.outbox.keys()],
-      protocol_version: PROTOCOL_VERSION, software_version: `fleet-node-worker/${require('./package.json').version}`,
+      protocol_version: this.protocolVersion, software_version: `fleet-node-worker/${require('./package.json').version}`,
     };
   }
 

@@ -116,7 +116,7 @@ ACTOR_GATHER_AFTER_MS = 5
 # (at a million cells about 30 s of its CPU, at nice SNAPSHOT_CHILD_NICE) twice as often.
 SNAPSHOT_EVERY_RECORDS = 25_000
 # A snapshot encoded in a child is stored in parts of this size, one LMDB transaction each,
-# between the actor's batches: about 10 ms a part on this machine's disk (tools/bench_scale),
+# between the actor's batches: about 10 ms a part on this machine's disk (tools/bench/scale.py),
 # so no part holds a slot refill past its 20 ms target. Retention's deletions go the same way,
 # this many keys a transaction (about 2 us a key).
 SNAPSHOT_PART_BYTES = 1 << 20
@@ -127,7 +127,7 @@ COMPACT_STEP_KEYS_MAX = 5_000
 SESSION_SEND_QUEUE_FRAMES_MAX = 1_000
 # Admin listings (GetResults, ListAttempts) come in pages built on the actor thread between
 # commits: a page of 1,000 cells costs a few milliseconds there, the maximum page tens of
-# milliseconds (tools/bench_scale), so no page stalls slot refills for long.
+# milliseconds (tools/bench/scale.py), so no page stalls slot refills for long.
 PAGE_ITEMS_DEFAULT = 1_000
 PAGE_ITEMS_MAX = 5_000
 # A page also ends when its encoding passes this: cells with many artifacts stay one message.

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", type=Path, help="default: policy.json beside the spec, if any")
     p.add_argument("--html", type=Path, help="when the run ends, write its HTML report (as fleetctl report) here")
     p.add_argument("--order-from", metavar="RUN", help=ORDER_FROM_HELP)
+    p.add_argument("--console", nargs="?", const="127.0.0.1:0", metavar="HOST:PORT",
+                   help="serve the coordinator's live web console (default 127.0.0.1 on a free port); "
+                        "the address is printed")
     sub.add_parser("pause", help="freeze a run's dispatch and expiry").add_argument("run")
     p = sub.add_parser("recover", help="resume a paused run")
     p.add_argument("run")

@@ -1,9 +1,13 @@
-"""`fleetctl local SPEC.json --workers N [--slots S] [--html FILE]`: a whole fleet here, one command.
+"""`fleetctl local SPEC.json --workers N [--slots S] [--html FILE] [--console [HOST:PORT]]`: a whole
+fleet here, one command.
 
 Starts a coordinator with an embedded data dir (default `./.fleet/`), N worker processes and
 the submission, all on 127.0.0.1 with generated tokens; shows live progress (a rich display
 on a terminal, plain lines otherwise); prints the results at the end and, with --html, writes
-the HTML report of `fleetctl report` before the coordinator stops. Exit 0 only when every
+the HTML report of `fleetctl report` before the coordinator stops. With --console, the coordinator
+also serves its live web console (on 127.0.0.1, a free port unless given) and the command prints
+its address and the token files to log in with; on a terminal it keeps the console up after the
+run until Ctrl-C. Exit 0 only when every
 cell has a selected result. Ctrl-C stops every process it started, by pid; running the same
 command again resumes the same run (same spec and policy give the same run id) and selected
 cells are never executed again.
@@ -42,6 +46,8 @@ class Local:
     policy_path: Path | None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     address: str = ""
+    console: str = ""  # HOST:PORT for the coordinator's --http-listen; empty: no console
+    console_address: str = ""
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -55,12 +61,15 @@ class Local:
         coord_dir = self.data / "coordinator"
         coord_dir.mkdir(parents=True, exist_ok=True)
         addr = coord_dir / "listen.addr"
-        if addr.exists():
-            addr.unlink()
+        http_addr = coord_dir / "http.addr"
+        for stale in (addr, http_addr):
+            if stale.exists():
+                stale.unlink()
+        console = ["--http-listen", self.console] if self.console else []
         self._spawn("coordinator", [sys.executable, "-m", "coordinator.main", "--data-dir", str(coord_dir),
-                                    "--listen", "127.0.0.1:0"], logs / "coordinator.log")
+                                    "--listen", "127.0.0.1:0", *console], logs / "coordinator.log")
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not addr.exists():
+        while not addr.exists() or (self.console and not http_addr.exists()):
             if self.procs["coordinator"].poll() is not None:
                 raise RuntimeError(f"the coordinator exited; see {logs / 'coordinator.log'}:\n"
                                    + tail(logs / "coordinator.log"))
@@ -68,6 +77,8 @@ class Local:
                 raise RuntimeError(f"the coordinator did not start within {START_TIMEOUT_S}s")
             time.sleep(0.05)
         self.address = addr.read_text().strip()
+        if self.console:
+            self.console_address = http_addr.read_text().strip()
         for i in range(1, self.workers + 1):
             wid = f"local-{i}"
             state = self.data / "workers" / wid
@@ -139,7 +150,7 @@ class Progress:
 
 def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, bench_root: Path | None,
               policy_path: Path | None, *, printer: Any = None, html: Path | None = None,
-              order_from: str = "") -> int:
+              order_from: str = "", console: str = "") -> int:
     spec_path = spec_path.resolve()
     try:
         spec_text = spec_path.read_text()
@@ -149,7 +160,7 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
         policy_path = spec_path.parent / "policy.json"
     policy_text = policy_path.read_text() if policy_path else "{}"
     local = Local(spec_path, workers, slots, (data or Path(".fleet")).resolve(),
-                  (bench_root or spec_path.parent).resolve(), policy_path)
+                  (bench_root or spec_path.parent).resolve(), policy_path, console=console)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         local.start()
@@ -163,6 +174,10 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
         say = printer or (lambda text: print(text, file=sys.stderr, flush=True))
         say(f"fleet local: run {run_id} ({'new' if resp.created else 'resumed'}) on {workers} workers x {slots} "
             f"slots at {local.address}; data in {local.data}")
+        if local.console_address:
+            coord = local.data / "coordinator"
+            say(f"fleet local: console at http://{local.console_address}/runs/{run_id} (log in with the token in "
+                f"{coord / 'admin.token'} to act, or {coord / 'viewer.token'} to look)")
         results = watch(admin, run_id, local, say)
         print_results(results)
         status = status_json(admin.call("GetStatus", admin_pb2.GetStatusRequest(run_id=run_id)))
@@ -170,6 +185,10 @@ def run_local(spec_path: Path, workers: int, slots: int, data: Path | None, benc
         if html is not None:  # the same page as `fleetctl report RUN --html FILE`, while the coordinator is up
             page, results, timeline = page_from_admin(admin, run_id)
             write_page(html, page, results, timeline)
+        if local.console_address and sys.stdin.isatty():
+            say(f"fleet local: the run is over; the console stays up at http://{local.console_address}/ until Ctrl-C")
+            while "coordinator" not in local.dead():
+                time.sleep(POLL_S)
         return 0 if results["summary"]["state"] == "complete" else 3
     except KeyboardInterrupt:
         print("\nfleet local: interrupted; stopping. Run the same command again to resume.", file=sys.stderr)
@@ -254,6 +273,6 @@ def run(args: Any) -> int:
         raise CtlError(f"--html {args.html}: no directory {html.parent}")
     try:
         return run_local(args.spec, args.workers, args.slots, args.data_dir, args.bench_root, args.policy, html=html,
-                         order_from=args.order_from or "")
+                         order_from=args.order_from or "", console=getattr(args, "console", None) or "")
     except RuntimeError as e:
         raise CtlError(str(e)) from None

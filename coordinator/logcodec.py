@@ -7,8 +7,8 @@ oneof field is the class name in snake case. The mapping is driven by that table
 message descriptors, so a field the log has no place for is refused loudly, never dropped.
 The spec travels as `spec.canonical` and the policy as `policy.canonical()`, both checked
 on encode to parse back to an equal object, since a record that cannot be replayed must
-never reach the disk. `Report` maps field for field; its unknowable numbers use proto3
-`optional`, so None stays None. Decoding is strict: bytes that do not parse, a record with
+never reach the disk. `Report` maps field for field, by common/reportwire.py (the one
+conversion both sides use). Decoding is strict: bytes that do not parse, a record with
 no command, an enum number this version does not know, or a field this version does not
 know (a record written by a newer fleet) is refused. Every refusal, on either side, is a
 `LogCodecError` (a `ValueError`); nothing else escapes.
@@ -24,19 +24,9 @@ from google.protobuf import message as pb_message
 from google.protobuf import unknown_fields
 from google.protobuf.descriptor import FieldDescriptor
 
-from common.evidence import (
-    ArtifactRef,
-    ArtifactUnavailable,
-    Cleanup,
-    Execution,
-    Report,
-    Status,
-    Usage,
-    Verification,
-)
 from common.fleetpb import common_pb2, log_pb2
-from common.ids import Digest
 from common.policy import Policy, parse_canonical_policy
+from common.reportwire import report_codec
 from common.spec import ExperimentSpec, SpecError, parse_spec_text
 from coordinator.core import commands
 
@@ -97,122 +87,9 @@ def _manifest(value: Any, where: str) -> dict[str, str]:
     return out
 
 
-def _enum_to_proto(value: Any, enum_type: type, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LogCodecError(f"{where}: {value!r} is not a {enum_type.__name__}")
-    try:
-        return int(enum_type(value))
-    except ValueError:
-        raise LogCodecError(f"{where}: {value} is not a {enum_type.__name__}") from None
+# ---- Report: common/reportwire.py, refusing with LogCodecError -------------------------------
 
-
-def _enum_from_proto(number: int, enum_type: type, where: str) -> Any:
-    try:
-        return enum_type(number)
-    except ValueError:
-        raise LogCodecError(f"{where}: {number} is not a known {enum_type.__name__}") from None
-
-
-def _members(enum_type: type) -> dict[int, Any]:
-    """Number -> member, for decoding many records without the Enum call's cost."""
-    return {int(m): m for m in enum_type}  # type: ignore[attr-defined]
-
-
-# ---- Report ---------------------------------------------------------------------------------
-
-_REPORT_ENUMS: dict[str, type] = {
-    "status": Status,
-    "execution": Execution,
-    "verification": Verification,
-    "usage": Usage,
-    "cleanup": Cleanup,
-}
-_REPORT_MEMBERS = tuple((name, _members(enum_type)) for name, enum_type in _REPORT_ENUMS.items())
-_REPORT_OPTIONAL_INTS = ("input_tokens", "output_tokens", "cached_tokens")
-_REPORT_OPTIONAL_FLOATS = ("score", "cost_usd")
-_REPORT_INTS = ("started_ms", "finished_ms", "retry_after_ms")
-_REPORT_STRS = ("environment_failure", "detail", "throttled")
-_STATUS_OF, _EXECUTION_OF, _VERIFICATION_OF, _USAGE_OF, _CLEANUP_OF = (members for _, members in _REPORT_MEMBERS)
-# report_from_proto passes the fields by position, in the dataclass's order.
-_REPORT_ORDER = ("status", "execution", "verification", "usage", "cleanup", "score", "environment_failure",
-                 "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "started_ms", "finished_ms",
-                 "detail", "artifacts", "unavailable", "throttled", "retry_after_ms")
-if tuple(f.name for f in fields(Report)) != _REPORT_ORDER:
-    raise ImportError("common.evidence.Report's fields moved: mend logcodec.report_from_proto")
-
-
-def report_to_proto(report: Report, out: common_pb2.Report | None = None) -> common_pb2.Report:
-    """Fill `out` (or a new message) from `report`; raises LogCodecError for a value the wire
-    cannot carry (an enum that is not its type's, an integer out of int64, a non-UTF-8 str)."""
-    if not isinstance(report, Report):
-        raise LogCodecError(f"report: expected a Report, got {type(report).__name__}")
-    msg = common_pb2.Report() if out is None else out
-    for name, enum_type in _REPORT_ENUMS.items():
-        setattr(msg, name, _enum_to_proto(getattr(report, name), enum_type, f"report.{name}"))
-    for name in _REPORT_OPTIONAL_FLOATS:
-        value = getattr(report, name)
-        if value is not None:
-            setattr(msg, name, _float(value, f"report.{name}"))
-    for name in _REPORT_OPTIONAL_INTS:
-        value = getattr(report, name)
-        if value is not None:
-            setattr(msg, name, _int(value, f"report.{name}"))
-    for name in _REPORT_INTS:
-        setattr(msg, name, _int(getattr(report, name), f"report.{name}"))
-    for name in _REPORT_STRS:
-        setattr(msg, name, _str(getattr(report, name), f"report.{name}"))
-    if not isinstance(report.artifacts, (tuple, list)):
-        raise LogCodecError("report.artifacts: expected a tuple")
-    for i, a in enumerate(report.artifacts):
-        where = f"report.artifacts[{i}]"
-        if not isinstance(a, ArtifactRef):
-            raise LogCodecError(f"{where}: expected an ArtifactRef, got {type(a).__name__}")
-        msg.artifacts.add(
-            name=_str(a.name, f"{where}.name"),
-            digest=_str(a.digest, f"{where}.digest"),
-            size_bytes=_int(a.size_bytes, f"{where}.size_bytes", 0, UINT64_MAX),
-        )
-    if not isinstance(report.unavailable, (tuple, list)):
-        raise LogCodecError("report.unavailable: expected a tuple")
-    for i, u in enumerate(report.unavailable):
-        where = f"report.unavailable[{i}]"
-        if not isinstance(u, ArtifactUnavailable):
-            raise LogCodecError(f"{where}: expected an ArtifactUnavailable, got {type(u).__name__}")
-        msg.unavailable.add(name=_str(u.name, f"{where}.name"), reason=_str(u.reason, f"{where}.reason"))
-    return msg
-
-
-def report_from_proto(msg: common_pb2.Report) -> Report:
-    """The `Report` a message carries; an absent optional field is None, never zero. Raises
-    LogCodecError for an enum number this version does not know (the servicer maps that, like
-    any ValueError from a frame, to a malformed frame). Once per report received and per
-    report replayed: the fields are read in one call, in `_REPORT_ORDER`."""
-    if not isinstance(msg, common_pb2.Report):
-        raise LogCodecError(f"report: expected a fleet.v1.Report, got {type(msg).__name__}")
-    try:
-        status, execution, verification, usage, cleanup = (
-            _STATUS_OF[msg.status], _EXECUTION_OF[msg.execution], _VERIFICATION_OF[msg.verification],
-            _USAGE_OF[msg.usage], _CLEANUP_OF[msg.cleanup])
-    except KeyError:
-        for name, members in _REPORT_MEMBERS:
-            if getattr(msg, name) not in members:
-                _enum_from_proto(getattr(msg, name), _REPORT_ENUMS[name], f"report.{name}")
-        raise
-    has = msg.HasField
-    artifacts, unavailable = msg.artifacts, msg.unavailable
-    return Report(
-        status, execution, verification, usage, cleanup,
-        msg.score if has("score") else None,
-        msg.environment_failure,
-        msg.input_tokens if has("input_tokens") else None,
-        msg.output_tokens if has("output_tokens") else None,
-        msg.cached_tokens if has("cached_tokens") else None,
-        msg.cost_usd if has("cost_usd") else None,
-        msg.started_ms, msg.finished_ms, msg.detail,
-        tuple(ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in artifacts)
-        if artifacts else (),
-        tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else (),
-        msg.throttled, msg.retry_after_ms)
+report_to_proto, report_from_proto = report_codec(LogCodecError)
 
 
 # ---- spec and policy ------------------------------------------------------------------------

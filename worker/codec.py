@@ -1,7 +1,7 @@
 """The worker's own small codec: evidence to wire messages and back, pushes to cell jobs.
 
-Rules. `optional` proto3 fields keep unknown distinct from zero: a `None` in a Report is an
-absent field, never a 0. Decoding is strict (an enum value this worker does not know is a
+Rules. A Report and its message convert as common/reportwire.py says (`optional` proto3
+fields keep unknown distinct from zero; an enum value this worker does not know is a
 `CodecError`, not a guess). The outbox payload of an attempt is its `CellReport` without
 artifact refs: the refs are computed by the outbox when it copies the files and stored
 beside the payload, and `cell_report_frame` joins the two at send time, so what is sent is
@@ -15,18 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.evidence import (
-    ArtifactRef,
-    ArtifactUnavailable,
-    Cleanup,
-    Execution,
-    Report,
-    Status,
-    Usage,
-    Verification,
-)
+from common.evidence import ArtifactRef, Report
 from common.fleetpb import common_pb2, coordinator_pb2
-from common.ids import Digest
+from common.reportwire import report_codec
 from worker.executor.base import CellJob
 
 
@@ -37,67 +28,8 @@ class CodecError(ValueError):
 # ---- evidence -----------------------------------------------------------------------------
 
 
-def report_to_proto(r: Report) -> common_pb2.Report:
-    m = common_pb2.Report(
-        status=int(r.status),
-        execution=int(r.execution),
-        verification=int(r.verification),
-        usage=int(r.usage),
-        cleanup=int(r.cleanup),
-        environment_failure=r.environment_failure,
-        started_ms=r.started_ms,
-        finished_ms=r.finished_ms,
-        detail=r.detail,
-        throttled=r.throttled,
-        retry_after_ms=r.retry_after_ms,
-    )
-    # Assigning an optional field sets its presence: only known values are assigned.
-    if r.score is not None:
-        m.score = r.score
-    if r.input_tokens is not None:
-        m.input_tokens = r.input_tokens
-    if r.output_tokens is not None:
-        m.output_tokens = r.output_tokens
-    if r.cached_tokens is not None:
-        m.cached_tokens = r.cached_tokens
-    if r.cost_usd is not None:
-        m.cost_usd = r.cost_usd
-    m.artifacts.extend(artifact_ref_to_proto(a) for a in r.artifacts)
-    m.unavailable.extend(common_pb2.ArtifactUnavailable(name=u.name, reason=u.reason) for u in r.unavailable)
-    return m
-
-
-def _enum(kind: type, value: int, name: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        raise CodecError(f"report.{name}: unknown value {value}") from None
-
-
-def report_from_proto(m: common_pb2.Report) -> Report:
-    def opt(name: str) -> Any:
-        return getattr(m, name) if m.HasField(name) else None
-
-    return Report(
-        status=_enum(Status, m.status, "status"),
-        execution=_enum(Execution, m.execution, "execution"),
-        verification=_enum(Verification, m.verification, "verification"),
-        usage=_enum(Usage, m.usage, "usage"),
-        cleanup=_enum(Cleanup, m.cleanup, "cleanup"),
-        score=opt("score"),
-        environment_failure=m.environment_failure,
-        input_tokens=opt("input_tokens"),
-        output_tokens=opt("output_tokens"),
-        cached_tokens=opt("cached_tokens"),
-        cost_usd=opt("cost_usd"),
-        started_ms=m.started_ms,
-        finished_ms=m.finished_ms,
-        detail=m.detail,
-        artifacts=tuple(ArtifactRef(a.name, Digest(a.digest), a.size_bytes) for a in m.artifacts),
-        unavailable=tuple(ArtifactUnavailable(u.name, u.reason) for u in m.unavailable),
-        throttled=m.throttled,
-        retry_after_ms=m.retry_after_ms,
-    )
+# The one conversion both sides use (common/reportwire.py), refusing with this codec's error.
+report_to_proto, report_from_proto = report_codec(CodecError)
 
 
 def artifact_ref_to_proto(a: ArtifactRef) -> common_pb2.ArtifactRef:

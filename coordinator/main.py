@@ -26,6 +26,7 @@ from common import limits
 from common.fleetpb import admin_pb2, admin_pb2_grpc, coordinator_pb2
 from common.notify import Notifier
 from coordinator.actor import Actor
+from coordinator.admin_service import AdminServicer
 from coordinator.artifacts import ArtifactStore
 from coordinator.collector import Collector
 from coordinator.backup import BackupError, backup_to_take_up
@@ -33,12 +34,13 @@ from coordinator.auth import TokenBook, ensure_token_file, read_token_file
 from coordinator.config import Config, ConfigFileError, is_loopback, parse, print_config
 from coordinator.core import commands as c
 from coordinator.core.state import State, WorkerStatus
+from coordinator.edge import Hub, submit
 from coordinator.errors import StorageError, exit_code_for, fail_stop_line
 from coordinator.metrics import SAMPLE_EVERY_S, Metrics
 from coordinator.metrics import sample as sample_metrics
 from coordinator.recovery import recover_with_time
-from coordinator.servicer import AdminServicer, CoordinatorServicer, Hub, add_coordinator_to_server, submit
 from coordinator.store import Store
+from coordinator.worker_service import CoordinatorServicer, add_coordinator_to_server
 
 log = structlog.get_logger("fleet.coordinator")
 SHUTDOWN_GRACE_S = 3.0

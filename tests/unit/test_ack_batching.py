@@ -11,7 +11,8 @@ from common.fleetpb import coordinator_pb2
 from common.rejections import Rejection
 from coordinator.codec import ACK_BATCH_MAX, ack_batch_frames, ack_frame, bundle_bytes, serialize_frame
 from coordinator.core.effects import ACCEPTED, Outcome, OutcomeKind
-from coordinator.servicer import CoordinatorServicer, Session, _SessionCut
+from coordinator.edge import Session, SessionCut
+from coordinator.worker_service import CoordinatorServicer
 
 
 class Recorder:
@@ -32,7 +33,7 @@ async def written(batch_acks: bool) -> list:
     for frame in [ack_frame(2, ACCEPTED), ack_frame(3, ACCEPTED), push("a1"), ack_frame(4, ACCEPTED),
                   ack_frame(5, ACCEPTED), ack_frame(6, ACCEPTED), None]:
         session.queue.put_nowait(frame)
-    with pytest.raises(_SessionCut):
+    with pytest.raises(SessionCut):
         await CoordinatorServicer._writer(None, session, ctx)  # type: ignore[arg-type]
     return ctx.frames
 
@@ -92,7 +93,7 @@ def test_a_protocol_four_session_gets_what_is_queued_together_in_one_write_in_or
         session = Session("w1", ctx, batch_acks=True, bundles=True, welcomed=True)
         for frame in [ack_frame(2, ACCEPTED), ack_frame(3, ACCEPTED), push("a1"), ack_frame(4, ACCEPTED), None]:
             session.queue.put_nowait(frame)
-        with pytest.raises(_SessionCut):
+        with pytest.raises(SessionCut):
             await CoordinatorServicer._writer(None, session, ctx)  # type: ignore[arg-type]
         return ctx.frames
 

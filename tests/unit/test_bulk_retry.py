@@ -13,7 +13,8 @@ import pytest
 
 from common.evidence import Execution, Usage, Verification
 from common.fleetpb import admin_pb2
-from coordinator import servicer as sv
+from coordinator.admin_service import AdminServicer
+from coordinator.edge import Hub
 from coordinator.core import commands as c
 from coordinator.core.state import GroupStatus
 from tests.unit.core_helpers import OK, Core, make_policy, make_report, make_spec
@@ -54,7 +55,7 @@ def fleet(monkeypatch, tmp_path: Path):
     cells (so a listing crosses page tokens), and every RPC fleetctl made."""
     k = exhausted_run()
     actor = CoreActor(k)
-    servicer = sv.AdminServicer(actor, sv.Hub(), Tokens(), None)  # type: ignore[arg-type]
+    servicer = AdminServicer(actor, Hub(), Tokens(), None)  # type: ignore[arg-type]
     token = tmp_path / "admin.token"
     token.write_text("t")
     calls: list = []

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from common.fleetpb import admin_pb2, common_pb2
-from coordinator import servicer as sv
+from coordinator.admin_service import AdminServicer
+from coordinator.edge import Hub
 from coordinator import views
 from coordinator.core import commands as c
 from coordinator.core.state import ProviderState
@@ -256,7 +257,7 @@ class CoreActor:
 def test_recover_with_max_cost_reaches_the_core_as_the_new_cap_and_status_reads_back() -> None:
     k = Core(make_spec(tasks=1, subjects=1), make_policy(required_environment_id=""))
     actor = CoreActor(k)
-    admin = sv.AdminServicer(actor, sv.Hub(), Tokens(), None)  # type: ignore[arg-type]
+    admin = AdminServicer(actor, Hub(), Tokens(), None)  # type: ignore[arg-type]
 
     async def scenario() -> tuple:
         await admin.PauseRun(admin_pb2.PauseRunRequest(run_id=k.run_id), Context())

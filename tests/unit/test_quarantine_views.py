@@ -19,7 +19,8 @@ import pytest
 from common.evidence import Cleanup, Execution, Usage, Verification
 from common.fleetpb import admin_pb2, common_pb2
 from common.ids import WorkerId
-from coordinator import servicer as sv
+from coordinator.admin_service import AdminServicer
+from coordinator.edge import Hub
 from coordinator import views
 from coordinator.core import commands as c
 from coordinator.core.summary import executed
@@ -105,7 +106,7 @@ def test_a_fleet_of_more_than_twenty_counts_and_names_its_quarantined_workers() 
 def test_release_worker_reaches_the_core_and_a_second_release_is_refused() -> None:
     k = black_hole_beside_a_healthy_worker()
     actor = CoreActor(k)
-    admin = sv.AdminServicer(actor, sv.Hub(), Tokens(), None)  # type: ignore[arg-type]
+    admin = AdminServicer(actor, Hub(), Tokens(), None)  # type: ignore[arg-type]
 
     async def scenario() -> tuple:
         first = await admin.ReleaseWorker(admin_pb2.ReleaseWorkerRequest(worker_id="bad"), Context())
@@ -202,7 +203,7 @@ def test_what_counts_as_an_execution_and_which_one_is_not_extra_without_a_select
 
 def results_through_tokens(k: Core, page_size: int) -> list:
     """GetResults page by page through the Admin servicer: the tally rides the real page tokens."""
-    admin = sv.AdminServicer(CoreActor(k), sv.Hub(), Tokens(), None)  # type: ignore[arg-type]
+    admin = AdminServicer(CoreActor(k), Hub(), Tokens(), None)  # type: ignore[arg-type]
 
     async def pages() -> list:
         out, token = [], ""

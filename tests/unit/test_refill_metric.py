@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from common.ids import AssignmentId, GroupId, RunId, WorkerId
 from coordinator.core.effects import ACCEPTED, Emit, PushAssignment, Transition
 from coordinator.metrics import Metrics
-from coordinator.servicer import CoordinatorServicer
+from coordinator.worker_service import CoordinatorServicer
 
 
 def push(worker: str, aid: str) -> PushAssignment:

@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from coordinator import servicer as sv
+from coordinator import edge
 
 
 class Marker:
@@ -23,7 +23,7 @@ def cut_session(forget: bool) -> weakref.ref:
         ref = weakref.ref(marker)
 
         async def writer(held: Marker) -> None:
-            raise sv._SessionCut("replaced")
+            raise edge.SessionCut("replaced")
 
         async def reader() -> None:
             await asyncio.sleep(10)
@@ -32,9 +32,9 @@ def cut_session(forget: bool) -> weakref.ref:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(writer(marker))
                 tg.create_task(reader())
-        except* sv._SessionCut as cut:
+        except* edge.SessionCut as cut:
             if forget:
-                sv.forget_cut(cut)
+                edge.forget_cut(cut)
         del marker
         return ref
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from common.fleetpb import admin_pb2
-from coordinator import servicer as sv
+from coordinator import admin_service as sv
+from coordinator.edge import Hub
 from coordinator.core.effects import Emit
 
 
@@ -24,7 +25,7 @@ def test_a_watcher_too_far_behind_is_told_how_many_events_it_lost(monkeypatch):
     monkeypatch.setattr(sv, "WATCH_QUEUE_EVENTS_MAX", 10)
 
     async def scenario() -> list:
-        hub = sv.Hub()
+        hub = Hub()
         admin = sv.AdminServicer(None, hub, Tokens(), None)  # type: ignore[arg-type]
         gen = admin.Watch(admin_pb2.WatchRequest(), Context())
         started = await gen.__anext__()  # the watcher is registered: it says so first
@@ -51,7 +52,7 @@ def test_watch_events_sends_a_burst_in_few_messages_in_order_and_bounded(monkeyp
     monkeypatch.setattr(sv, "WATCH_BATCH_EVENTS_MAX", 40)
 
     async def scenario() -> list:
-        hub = sv.Hub()
+        hub = Hub()
         admin = sv.AdminServicer(None, hub, Tokens(), None)  # type: ignore[arg-type]
         gen = admin.WatchEvents(admin_pb2.WatchRequest(run_id="r1"), Context())
         started = await gen.__anext__()

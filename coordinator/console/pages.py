@@ -10,7 +10,9 @@ Rules.
   rows; tables show TABLE_ROWS_MAX rows a page; the timeline draws at most TIMELINE_CELLS_MAX
   attempts (beyond, the page says so and names `fleetctl report --html`).
 - Every value a test or a script reads has an id or a data attribute, as in the report.
-- What refreshes live is inside `#live` (read again as a fragment on events); the forms an
+- What refreshes live is inside a `.live-part` (read again as a fragment on events, each as
+  often as its own data-refresh-ms: a run's cheap progress every second, its heavy part as its
+  cost allows); the forms an
   operator types into are outside it, so that a refresh never eats what is being typed.
 - Every form that changes something carries the session's CSRF token and posts to the
   console's action routes (coordinator/console/server.py); a viewer sees no such form.
@@ -235,7 +237,7 @@ def fleet_live(status: dict, workers: list[dict], page: int, etas: dict[str, flo
     actions_html = ('<table id="recent-actions"><thead><tr><th>when</th><th>who</th><th>action</th><th>on</th>'
                     f'<th>outcome</th></tr></thead><tbody>{recent}</tbody></table>' if actions else
                     '<p class="note" id="recent-actions">No action taken from the console since the coordinator started.</p>')
-    return (f'<div id="live" data-page="fleet" data-refresh-ms="{refresh_ms}">'
+    return (f'<div id="live" class="live-part" data-part="1" data-page="fleet" data-refresh-ms="{refresh_ms}">'
             f'<section id="fleet-runs"><h2>Runs</h2>{runs_html}</section>'
             f'<section id="fleet-workers"><h2>Workers</h2>{workers_html}</section>'
             f'<section id="fleet-actions"><h2>Recent actions</h2>{actions_html}</section></div>')
@@ -413,16 +415,10 @@ def run_live(run_id: str, results: dict, status: dict, attempts: list[Any], f: d
     groups = run.get("groups") or {}
     total = len(cells)
     selected = summary.get("selected", 0)
-    progress = (f'<p id="progress" data-selected="{selected}" data-total="{total}" data-running="{run.get("cells_running", 0)}" '
-                f'data-groups-waiting="{groups.get("waiting", 0)}" data-groups-assigned="{groups.get("assigned", 0)}" '
-                f'data-groups-settled="{groups.get("settled", 0)}"><span class="bar"><i style="width:'
-                f'{100 * selected / total if total else 0:.1f}%"></i></span> {selected}/{total} selected · '
-                f'{run.get("cells_running", 0)} running · groups: {groups.get("waiting", 0)} waiting, '
-                f'{groups.get("assigned", 0)} assigned, {groups.get("settled", 0)} settled · ETA '
-                f'<span id="eta">{esc(eta_text(eta_s))}</span></p>')
-    return (f'<div id="live" data-page="run" data-run-id="{esc(run_id)}" data-refresh-ms="{refresh_ms}" '
+    return (f'<div id="live" class="live-part" data-part="1" data-page="run" data-run-id="{esc(run_id)}" '
+            f'data-refresh-ms="{refresh_ms}" '
             f'data-state="{esc(summary.get("state"))}" data-cells-total="{total}" data-cells-selected="{selected}">'
-            + progress + render_overview(results, status, timeline, lanes, tstats, n_subjects)
+            + render_overview(results, status, timeline, lanes, tstats, n_subjects)
             + f'<section id="matrix-section"><h2>Cells</h2>{_matrix(run_id, cells)}</section>'
             + f'<section id="subjects"><h2>Scores per subject</h2>{SCORES_NOTE}{scores_html}</section>'
             + f'<section id="retries"><h2>Retries and refusals</h2>{_retries_and_refusals(attempts, status, run_id)}'
@@ -433,6 +429,23 @@ def run_live(run_id: str, results: dict, status: dict, attempts: list[Any], f: d
             + f'<section id="environment-section"><h2>Environment</h2>{_environment(run)}</section>'
             + f'<section id="cells-section"><h2>Cells, listed</h2>{_cells_table(run_id, cells, f, page, principal)}</section>'
             + "</div>")
+
+
+def run_progress(run: dict, eta_s: float | None, refresh_ms: int) -> str:
+    """The run's progress from its status alone (cheap at any size): refreshed on its own, as
+    often as every second, while the heavier part (#live) is read as often as its cost allows."""
+    groups = run.get("groups") or {}
+    total, selected = run.get("cells_total", 0), run.get("cells_selected", 0)
+    return (f'<div id="live-progress" class="live-part" data-part="progress" data-refresh-ms="{refresh_ms}">'
+            f'<p id="progress" data-state="{esc(run.get("state"))}" data-selected="{selected}" data-total="{total}" '
+            f'data-running="{run.get("cells_running", 0)}" data-exhausted="{run.get("cells_exhausted", 0)}" '
+            f'data-groups-waiting="{groups.get("waiting", 0)}" data-groups-assigned="{groups.get("assigned", 0)}" '
+            f'data-groups-settled="{groups.get("settled", 0)}"><span class="bar"><i style="width:'
+            f'{100 * selected / total if total else 0:.1f}%"></i></span> <b>{selected}/{total}</b> selected · '
+            f'{run.get("cells_running", 0)} running · {run.get("cells_exhausted", 0)} out of attempts · '
+            f'{run.get("retries", 0)} retries · groups: {groups.get("waiting", 0)} waiting, '
+            f'{groups.get("assigned", 0)} assigned, {groups.get("settled", 0)} settled · {esc(run.get("state"))} · ETA '
+            f'<span id="eta">{esc(eta_text(eta_s))}</span></p></div>')
 
 
 def _filter_form(run_id: str, f: dict[str, str]) -> str:
@@ -463,7 +476,8 @@ def _bulk_form(run_id: str, principal: Any) -> str:
             + '<button type="submit" id="bulk-dry-run">bulk retry: dry run</button></form>')
 
 
-def run_page(run_id: str, live_html: str, run: dict, f: dict[str, str], principal: Any) -> str:
+def run_page(run_id: str, live_html: str, run: dict, f: dict[str, str], principal: Any,
+             progress_html: str = "") -> str:
     acts = ""
     if principal.can_act:
         base = f"/runs/{quote(run_id)}"
@@ -477,7 +491,7 @@ def run_page(run_id: str, live_html: str, run: dict, f: dict[str, str], principa
                 + f'</div><div class="actions">{_bulk_form(run_id, principal)}</div>'
                 '<p class="note">A bulk retry first lists exactly the cells it would grant one more attempt; '
                 'nothing is retried until that list is confirmed.</p></section>')
-    body = (f'<h1>Run <code id="run-id">{esc(run_id)}</code></h1>{live_html}{acts}'
+    body = (f'<h1>Run <code id="run-id">{esc(run_id)}</code></h1>{progress_html}{live_html}{acts}'
             f'<section><h2>Filter the cells</h2><div class="actions">{_filter_form(run_id, f)}</div></section>'
             f'{events_box()}')
     return shell(f"run {run_id}", body, principal=principal, run_filter=run_id)
@@ -535,7 +549,7 @@ def cell_live(run_id: str, cell: dict, attempts: list[Any], refresh_ms: int) -> 
         f'<a href="/artifacts/{quote(x["digest"])}?name={quote(x["name"])}&amp;download=1">download</a></td>'
         f'<td><code>{esc(x["digest"][:23])}…</code></td></tr>' for x in cell.get("artifacts") or [])
     score = cell.get("score")
-    return (f'<div id="live" data-page="cell" data-run-id="{esc(run_id)}" data-cell-id="{esc(cell["cell_id"])}" '
+    return (f'<div id="live" class="live-part" data-part="1" data-page="cell" data-run-id="{esc(run_id)}" data-cell-id="{esc(cell["cell_id"])}" '
             f'data-refresh-ms="{refresh_ms}" data-state="{esc(cell["state"])}" data-class="{cell_class(cell)}" '
             f'data-score="{"" if score is None else repr(score)}">'
             f'<dl class="facts" id="cell-facts"><dt>state</dt><dd id="cell-state">{esc(cell["state"])}'

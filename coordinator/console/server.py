@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import re
 import secrets
 import ssl
 import time
@@ -42,6 +43,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 PRINCIPAL = web.AppKey("principal", object)
+CSRF_MARK = "__fleet_csrf_mark__"
+RENDERS_KEPT_MAX = 64
 
 
 def _now_ms() -> int:
@@ -124,6 +127,7 @@ class Console:
         self.plans: dict[str, tuple[str, list[str], dict[str, str], str, int]] = {}
         self.runner: web.AppRunner | None = None
         self._streams: set[asyncio.Task] = set()
+        self._renders: dict[tuple, tuple[str, tuple]] = {}
         self.app = self._make_app()
 
     def reload(self, admin_token: str, viewer_token: str) -> None:
@@ -270,9 +274,27 @@ class Console:
         etas = {r["run_id"]: self.etas.eta_s(r["run_id"], r["cells_selected"] + r["cells_exhausted"], r["cells_total"])
                 for r in status["runs"]}
         workers = sorted(status["workers"], key=lambda w: w["worker_id"])
-        live = _seq(await asyncio.to_thread(pages.fleet_live, status, workers, self._page_number(request), etas,
-                                            list(self.actions), principal, ttl), seq)
+        page = self._page_number(request)
+        live = _seq(await self._render(("fleet", page, len(self.actions), id(status)), principal, pages.fleet_live,
+                                       status, workers, page, etas, list(self.actions), ttl), seq)
         return self._html(live if request.query.get("fragment") else pages.fleet_page(live, principal))
+
+    async def _render(self, key: tuple, principal: Principal, fn: Callable, *args: Any) -> str:
+        """A live part, rendered once per data read and right for every browser of one right: on
+        a worker thread (pages.py is pure; the cached dicts are never changed), with a mark for
+        the CSRF token that each request's own replaces. Five browsers cost one render."""
+        key = (*key, principal.role)
+        hit = self._renders.get(key)
+        if hit is None:
+            marked = Principal(principal.role, "session", "", CSRF_MARK)
+            fn_args = list(args)
+            fn_args.insert(len(args) - 1, marked)  # every live renderer takes (..., principal, refresh_ms)
+            html = await asyncio.to_thread(fn, *fn_args)
+            if len(self._renders) >= RENDERS_KEPT_MAX:
+                del self._renders[next(iter(self._renders))]
+            # The inputs are kept with the page: the ids in the key cannot name other objects.
+            hit = self._renders[key] = (html, args)
+        return hit[0].replace(CSRF_MARK, principal.csrf)
 
     async def api_status(self, request: web.Request) -> web.Response:
         status, _, _ = await self._fleet_data()
@@ -285,16 +307,21 @@ class Console:
     async def run(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
         run_id = request.match_info["run_id"]
+        fragment = request.query.get("fragment")
+        quick, qttl, qseq = await self.cache.get(("status", run_id), lambda: self.admin.status(run_id))
+        run = (quick.get("runs") or [{}])[0]
+        eta = self.etas.eta_s(run_id, run.get("cells_selected", 0) + run.get("cells_exhausted", 0),
+                              run.get("cells_total", 0))
+        progress = _seq(pages.run_progress(run, eta, qttl), qseq)
+        if fragment == "progress":
+            return self._html(progress)
         status, results, attempts, ttl, seq = await self._run_data(run_id)
-        run = (status.get("runs") or [{}])[0]
-        total = len(results["cells"])
-        done = results["summary"]["selected"] + sum(1 for c in results["cells"]
-                                                    if c.get("incomplete_reason") == "exhausted")
         f = self._filter(request)
-        live = _seq(await asyncio.to_thread(pages.run_live, run_id, results, status, attempts, f,
-                                            self._page_number(request), self.etas.eta_s(run_id, done, total),
-                                            principal, ttl), seq)
-        return self._html(live if request.query.get("fragment") else pages.run_page(run_id, live, run, f, principal))
+        page = self._page_number(request)
+        live = _seq(await self._render(("run", run_id, tuple(sorted(f.items())), page, id(status), id(results),
+                                        id(attempts)), principal, pages.run_live, run_id, results, status, attempts,
+                                       f, page, eta, ttl), seq)
+        return self._html(live if fragment else pages.run_page(run_id, live, run, f, principal, progress))
 
     async def cell(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
@@ -349,7 +376,20 @@ class Console:
                     continue
                 if batch is None:
                     break
-                await resp.write(b"".join(i.data for i in batch))
+                # Coalesced: what arrives within SSE_FLUSH_MS goes in one write (a page needs no
+                # finer grain, and a write per event per browser cost the coordinator CPU).
+                await asyncio.sleep(limits.SSE_FLUSH_MS / 1000)
+                chunks = [i.data for i in batch]
+                cut = False
+                while not client.queue.empty():
+                    more = client.queue.get_nowait()
+                    if more is None:
+                        cut = True
+                        break
+                    chunks.extend(i.data for i in more)
+                await resp.write(b"".join(chunks))
+                if cut:
+                    break
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -500,7 +540,7 @@ class Console:
 
 def _seq(live_html: str, seq: int) -> str:
     """The live part, marked with the last event its data had seen (Cache)."""
-    return live_html.replace('<div id="live" ', f'<div id="live" data-seq="{seq}" ', 1)
+    return re.sub(r'^<div id="([a-z-]+)" ', lambda m: f'{m.group(0)}data-seq="{seq}" ', live_html, count=1)
 
 
 def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:

@@ -94,6 +94,12 @@ def test_rights_login_csrf_and_actions_through_the_admin_rpc(cluster: Cluster) -
     assert r.status == 409 and "refused" in r.text
 
     bearer = Http(address, bearer=admin_token)
+    progress = bearer.get(f"/runs/{run_id}?fragment=progress")  # the cheap live part: the run's status only
+    assert progress.status == 200 and progress.text.startswith('<div id="live-progress" data-seq="')
+    assert attr(progress.text, "progress", "data-total") == "6" and len(progress.body) < 2_000
+    heavy = bearer.get(f"/runs/{run_id}?fragment=1")
+    assert heavy.status == 200 and heavy.text.startswith('<div id="live" data-seq="') and "matrix" in heavy.text
+    assert bearer.get("/runs/no-such-run").status == 404
     status = json.loads(bearer.get("/api/status").body)
     assert status["runs"][0]["run_id"] == run_id and status["runs"][0]["state"] != "paused"
     assert Http(address, bearer="wrong").get("/api/status").status == 401

@@ -410,6 +410,12 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if cmd.worker_id not in state.workers:
         return _unknown_worker(cmd.worker_id)
     attempt = state.attempts.get(cmd.attempt_id)
+    if attempt is None and state.epoch:
+        # Restored from a backup: an attempt this coordinator never saw was issued before the
+        # restore (a cell that was running across it, reported after the worker's welcome):
+        # offered, as what the worker kept is.
+        return _result_offered(state, c.ResultOffered(cmd.now_ms, cmd.worker_id, cmd.attempt_id, cmd.assignment_id,
+                                                      cmd.generation, cmd.report), fx)
     if attempt is None:
         return rejected(Rejection.UNKNOWN_ATTEMPT, f"attempt {cmd.attempt_id} was never dispatched")
     if attempt.worker_id != cmd.worker_id:
@@ -517,6 +523,7 @@ def _coordinator_restored(state: State, cmd: c.CoordinatorRestored, fx: Fx) -> O
         return rejected(Rejection.MALFORMED_FRAME, f"epoch {cmd.epoch} is the current one")
     state.epoch = cmd.epoch
     state.restored_backups.append(cmd.backup_id)
+    state.restored_ms = cmd.now_ms
     waiting = _restore_waits_for(state)
     state.restore_hold_until_ms = cmd.now_ms + (_timing(state).recovery_grace_ms if waiting else
                                                 limits.RESTORE_OFFER_WINDOW_MS)
@@ -530,7 +537,7 @@ def _coordinator_restored(state: State, cmd: c.CoordinatorRestored, fx: Fx) -> O
 def _restore_waits_for(state: State) -> int:
     """Workers of the restored state not yet registered since the restore (nor expired or gone)."""
     return sum(1 for w in state.workers.values()
-               if w.status not in (WorkerStatus.EXPIRED, WorkerStatus.GONE) and w.registered_ms < state.recovered_ms)
+               if w.status not in (WorkerStatus.EXPIRED, WorkerStatus.GONE) and w.registered_ms < state.restored_ms)
 
 
 def _restore_worker_back(state: State, now: int) -> None:
@@ -585,9 +592,12 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
                 ended_reason="issued before a restore")
         else:
             known.attempts += (cmd.attempt_id,)
+        if not cell.attempts and (counts := state.soft.cell_counts.get(run.run_id)) is not None:
+            counts.tried += 1
         cell.attempts.append(cmd.attempt_id)
-        if not adopt:
-            cell.forgiven += 1  # evidence only: it counts against nothing
+        # Counted against nothing: the attempts the restored state counts are its own, and an
+        # adopted result ends the cell whatever its count (one out of attempts included).
+        cell.forgiven += 1
     # else: dispatched before the backup, its report lost; its assignment was released at the
     # worker's return (not held), so it counted as a lost attempt already.
     attempt.report = report
@@ -611,6 +621,8 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
     counts = state.soft.cell_counts.get(run.run_id)
     if counts is not None and group.status == GroupStatus.ASSIGNED:
         counts.running -= 1
+    elif counts is not None and group.status == GroupStatus.SETTLED:
+        counts.exhausted -= 1  # its group had settled with this cell out of attempts
     fx.append(Emit("cell_selected", run.run_id, cell.cell_id,
                    f"score {report.score}; recovered from worker {worker.worker_id} after a restore"))
     if group.status == GroupStatus.WAITING and not _pending_cells(run, group):
@@ -1017,6 +1029,10 @@ def _coordinator_stalled(state: State, cmd: c.CoordinatorStalled, fx: Fx) -> Out
                 last_heard[worker.worker_id] = fresh
     state.soft.stream_ended_ms.clear()
     state.soft.stall_grace_until_ms = cmd.now_ms + timing.recovery_grace_ms
+    if state.restore_hold_until_ms > cmd.now_ms - cmd.stalled_ms:
+        # Stalled during a restore's hold: the offers it was waiting for waited too.
+        state.restore_hold_until_ms = max(state.restore_hold_until_ms, cmd.now_ms + (
+            timing.recovery_grace_ms if _restore_waits_for(state) else limits.RESTORE_OFFER_WINDOW_MS))
     state.recovered_ms = cmd.now_ms
     state.recovery_grace_ms = timing.recovery_grace_ms
     _liveness_moved(state)

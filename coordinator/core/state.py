@@ -333,7 +333,9 @@ class State:
     # latest; every assignment and attempt id issued carries it (common/ids.py).
     epoch: str = ""
     restored_backups: list[str] = field(default_factory=list)  # BACKUP.json ids taken up, in order
-    # After a restore, dispatch waits until then for the workers to offer what they kept.
+    # After a restore (at `restored_ms`), dispatch waits until then for the workers to offer
+    # what they kept.
+    restored_ms: int = 0
     restore_hold_until_ms: int = 0
     version: int = 0  # bumped by every durable change; tells `step` whether to log
     soft: Soft = field(default_factory=Soft)
@@ -409,7 +411,7 @@ def durable_view(state: State) -> dict:
         "slots_active": state.slots_active,
         "recovered": [state.recovered_ms, state.recovery_grace_ms],
         # Only once restored: fingerprints of logs from before restores stay what they were.
-        **({"restored": [state.epoch, list(state.restored_backups), state.restore_hold_until_ms]}
+        **({"restored": [state.epoch, list(state.restored_backups), state.restored_ms, state.restore_hold_until_ms]}
            if state.restored_backups else {}),
         # Providers that are named or have throttled; the unnamed default before any throttling
         # is left out, so that the fingerprints of logs from before providers stay what they were.

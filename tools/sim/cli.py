@@ -24,6 +24,12 @@
                                                fails every attempt fast (a full disk), and
                                                may recover; quarantine must keep it from
                                                exhausting cells (--faults stall,blackhole: both)
+    python -m tools.sim --seeds 0-99 --check --faults restore
+                                               a backup, then the coordinator restored from it
+                                               (the log's tail lost) while the workers live on:
+                                               no id issued twice, every lost result's cell
+                                               selected, and adopted (not run again) wherever
+                                               no fault of its worker's own delayed its offer
 
 The model is tools/sim/simulation.py, the scale scenario tools/sim/scale.py.
 """
@@ -65,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                          "cells at once and throttle the rest (tools.sim.simulation.draw_providers)")
     ap.add_argument("--faults", type=parse_faults, default=(),
                     help="extra faults, comma-separated: stall (the coordinator freezes past the expiry, "
-                         "then applies CoordinatorStalled), blackhole (a worker fails every attempt fast)")
+                         "then applies CoordinatorStalled), blackhole (a worker fails every attempt fast), restore "
+                         "(a restore from a backup that lost the log's tail)")
     ap.add_argument("--provider-check", action="store_true",
                     help="per seed, a quiet run with providers and one without must select the same")
     ap.add_argument("--scale", action="store_true",
@@ -140,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             totals["provider_throttled"] = totals.get("provider_throttled", 0) + sum(
                 1 for i in report["incomplete"] if i["reason"] == "provider_throttled")
         if args.faults:
-            for k in ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes"):
-                totals[k] = totals.get(k, 0) + report["extra_faults"][k]
+            for k in ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes", "restores",
+                      "lost_records", "lost_acked", "adopted", "offers_late", "run_again"):
+                if k in report["extra_faults"]:
+                    totals[k] = totals.get(k, 0) + report["extra_faults"][k]
     elapsed = time.perf_counter() - started
     n = len(args.seeds)
     extra = ({"providers": True} if args.providers else {}) | ({"faults": ",".join(args.faults)} if args.faults else {})

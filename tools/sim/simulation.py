@@ -44,6 +44,7 @@ TICK_MS = 250
 HEARTBEAT_MS = 1_000
 RESEND_MS = 3_000  # a worker resends an unacknowledged frame after this long
 RECONNECT_MS = 1_000
+WELCOME_TIMEOUT_MS = 10_000  # a worker gives up a stream whose welcome does not come (restore scenario)
 LIVENESS_MS = 1_750  # the servicer's pass: half the policy's suspicion window below
 # A partition ends the stream only when the coordinator's keepalive notices: a ping left
 # unanswered for its timeout, sent up to its interval after the partition began.
@@ -115,7 +116,11 @@ BLACKHOLE_START_MS_MAX = 60_000
 BLACKHOLE_RECOVERY_MS_MIN, BLACKHOLE_RECOVERY_MS_MAX = 30_000, 120_000
 BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX = 20, 300  # failing fast: nothing runs
 BLACKHOLE_DETAIL = "no space left on device"
-EXTRA_FAULTS = ("stall", "blackhole")
+EXTRA_FAULTS = ("stall", "blackhole", "restore")
+# The restore (--faults restore): a backup this long after submission, and the coordinator
+# restored from it (its log's tail lost) this long after the backup.
+BACKUP_MS_MIN, BACKUP_MS_MAX = 8_000, 40_000
+RESTORE_AFTER_MS_MIN, RESTORE_AFTER_MS_MAX = 8_000, 40_000
 
 
 @dataclass
@@ -126,6 +131,7 @@ class ExtraFaults:
     stalls: tuple[tuple[int, int], ...] = ()
     blackhole: int = -1
     blackhole_ms: tuple[int, int] = (0, 0)
+    restore_ms: tuple[int, int] = (0, 0)  # (the backup, the restore from it); (0, 0): none
 
 
 def draw_extra_faults(seed: int, names: tuple[str, ...], workers: int) -> ExtraFaults:
@@ -142,11 +148,15 @@ def draw_extra_faults(seed: int, names: tuple[str, ...], workers: int) -> ExtraF
         start = rng.randint(5_000, BLACKHOLE_START_MS_MAX)
         stop = start + rng.randint(BLACKHOLE_RECOVERY_MS_MIN, BLACKHOLE_RECOVERY_MS_MAX) if rng.random() < 0.5 else 0
         out.blackhole_ms = (start, stop)
+    if "restore" in names:
+        backup = rng.randint(BACKUP_MS_MIN, BACKUP_MS_MAX)
+        out.restore_ms = (backup, backup + rng.randint(RESTORE_AFTER_MS_MIN, RESTORE_AFTER_MS_MAX))
     return out
 
 
 # What a stalled coordinator does not do until it runs again (Simulation.run).
-_FROZEN_KINDS = ("tick", "liveness", "to_coord", "stream_dead", "coord_crash", "pause", "recover", "repair")
+_FROZEN_KINDS = ("tick", "liveness", "to_coord", "stream_dead", "coord_crash", "pause", "recover", "repair",
+                 "backup", "restore")
 
 
 class SimFailure(Exception):
@@ -227,6 +237,12 @@ class SimWorker:
     assignments: dict[str, SimAssignment] = field(default_factory=dict)
     finished: dict[str, None] = field(default_factory=dict)  # assignment ids done for good
     outbox: dict[str, tuple[str, int, Report]] = field(default_factory=dict)  # attempt -> (asg, gen, report)
+    # Acknowledged reports kept for a restore (durable, as the outbox), the coordinator epoch
+    # last seen, and the outbox entries that are offers (put back when the epoch changed).
+    kept: dict[str, tuple[str, int, Report]] = field(default_factory=dict)
+    seen_epoch: str = ""
+    offered: dict[str, None] = field(default_factory=dict)
+    welcomed: int = 0  # the stream (conn) whose welcome came: the outbox goes out only after it
     uploaded: dict[str, None] = field(default_factory=dict)  # digests acknowledged as stored
     sent_at: dict[str, int] = field(default_factory=dict)  # outbox key -> last send time
     epoch: int = 0  # bumps on crash: stale timers of the dead process are ignored
@@ -239,7 +255,8 @@ class Simulation:
     def __init__(self, seed: int, *, check: bool, groups_tasks: int = 20, repetitions: int = 2,
                  subjects: int = 3, workers: int = 3, quiet: bool = False, max_concurrent_groups: int = 4,
                  slots: int | None = None, providers: bool = False, faults: tuple[str, ...] = (),
-                 policy_overrides: dict[str, Any] | None = None, stall_command: bool = True) -> None:
+                 policy_overrides: dict[str, Any] | None = None, stall_command: bool = True,
+                 keep_acknowledged: bool = True) -> None:
         """`quiet`: only faults that lose no attempt to timing, and each attempt's outcome and
         duration drawn from the attempt itself (its cell and number), not from the order of
         events. `next_run` goes on with a second run of the spec on the same fleet. `slots`:
@@ -249,7 +266,9 @@ class Simulation:
         on its k-th real attempt does not depend on how often it was throttled before.
         `faults`: extra faults (EXTRA_FAULTS, `draw_extra_faults`); `policy_overrides`: policy
         fields set over the simulation's (quarantine_after_failures=0, say); `stall_command`:
-        False applies a plain tick after a stall (a shell that forgot it: the check's teeth)."""
+        False applies a plain tick after a stall (a shell that forgot it: the check's teeth);
+        `keep_acknowledged`: False, the workers drop what was acknowledged (as before the restore
+        work: the restore check's teeth)."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.check = check
@@ -329,6 +348,7 @@ class Simulation:
         self.extra = draw_extra_faults(seed, self.extra_names, workers)
         self.extra_rng = random.Random(f"{seed}:faults:events")
         self.stall_command = stall_command
+        self.keep_acknowledged = keep_acknowledged
         self.frozen = False  # the coordinator process is stalled: it reads and decides nothing
         self.frozen_since = 0
         self.frozen_inbox: list[tuple] = []  # what reached its sockets meanwhile, in order
@@ -343,6 +363,18 @@ class Simulation:
         self.other_selectable_ms = -1  # the last selectable report another worker got accepted
         self.extra_stats = {"stalls": 0, "stall_ms": 0, "stall_frames": 0, "blackhole_failures": 0,
                             "quarantines": 0, "probes": 0, "forgiven": 0}
+        # The restore: the log's length at the backup, every attempt id issued before the restore,
+        # the acknowledged selected results the restore lost (attempt -> (cell, worker)), and the
+        # workers no fault of their own (a crash, a partition, a reset, a dropped frame) touched
+        # from the restore until its hold ended: their lost results must be adopted, not run again.
+        self.backup_len = -1
+        self.restore_checked = 0
+        self.issued_before_restore: dict[str, None] = {}
+        self.lost_acked: dict[str, tuple[str, WorkerId]] = {}
+        self.restore_undisturbed: dict[WorkerId, None] = {}
+        if "restore" in self.extra_names:
+            self.extra_stats |= {"restores": 0, "lost_records": 0, "lost_acked": 0, "adopted": 0,
+                                 "offers_late": 0, "run_again": 0}
 
     # --- plumbing ---------------------------------------------------------------------------
     def at(self, when: int, kind: str, *args: Any) -> int:
@@ -375,6 +407,7 @@ class Simulation:
             return
         if self.faulty() and self.rng.random() < self.faults.loss_before:
             self.stats["frames_dropped"] += 1
+            self.restore_disturbed(w.worker_id)
             return
         copies = 2 if self.faulty() and self.rng.random() < self.faults.duplicate else 1
         self.stats["frames_duplicated"] += copies - 1
@@ -388,9 +421,10 @@ class Simulation:
             return
         if self.faulty() and self.rng.random() < self.faults.loss_after:
             self.stats["frames_dropped"] += 1
+            self.restore_disturbed(wid)
             return
         delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
-        self.at(self.now + delay, "to_worker", wid, w.epoch, frame)
+        self.at(self.now + delay, "to_worker", wid, w.epoch, frame, self.restarts)
 
     # --- coordinator ------------------------------------------------------------------------
     def apply(self, cmd: object) -> Any:
@@ -403,6 +437,8 @@ class Simulation:
                 bad = provider_step_problems(self.state, self.new_attempts())
             if bad:
                 raise SimFailure(self.seed, self.commands, self.now, f"{type(cmd).__name__}: {bad[0]}")
+        if self.issued_before_restore and t.durable:
+            self.restore_step_check()
         if self.extra_names and (t.durable or t.effects):
             self.observe_extra(cmd, t)
         return self.deliver(t)
@@ -501,7 +537,7 @@ class Simulation:
             else:
                 self.attached[wid] = conn
                 self.said[wid], self.beat_at[wid] = owned, self.now
-            self.send_to_worker(wid, ("welcome", incarnation))
+            self.send_to_worker(wid, ("welcome", incarnation, self.state.epoch))
         elif kind == "heartbeat":
             self.said[wid], self.beat_at[wid] = frame[1], self.now
             out = self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
@@ -519,8 +555,17 @@ class Simulation:
             self.apply(c.ArtifactStored(self.now, digest, size))
             self.send_to_worker(wid, ("upload_ack", digest))
         elif kind == "report":
-            _, attempt_id, assignment_id, generation, report = frame
-            out = self.apply(c.CellReported(self.now, wid, attempt_id, assignment_id, generation, report))
+            _, attempt_id, assignment_id, generation, report, offered = frame
+            if offered:
+                out = self.apply(c.ResultOffered(self.now, wid, attempt_id, assignment_id, generation, report))
+                if out.rejection == Rejection.NOT_YET_MEASURED:
+                    return  # asked again: the worker resends it
+                self.offer_answered(wid, attempt_id, out)
+            else:
+                out = self.apply(c.CellReported(self.now, wid, attempt_id, assignment_id, generation, report))
+                if out.rejection == Rejection.NOT_YET_MEASURED:
+                    return  # of an attempt the restore lost, before the worker measured: resent
+                self.offer_answered(wid, attempt_id, out)
             if out.kind == OutcomeKind.REJECTED:
                 self.stats["rejected"] += 1
                 raise SimFailure(self.seed, self.commands, self.now,
@@ -539,7 +584,9 @@ class Simulation:
             self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
         elif kind == "finished":
             out = self.apply(c.GroupFinished(self.now, wid, frame[1]))
-            if out.kind == OutcomeKind.REJECTED:
+            if out.rejection == Rejection.UNKNOWN_ASSIGNMENT and self.state.epoch:
+                pass  # issued before a restore that lost it: the worker finishes it locally
+            elif out.kind == OutcomeKind.REJECTED:
                 raise SimFailure(self.seed, self.commands, self.now, f"group finished rejected: {out.detail}")
             self.send_to_worker(wid, ("finished_ack", frame[1]))
         else:
@@ -578,13 +625,20 @@ class Simulation:
         owned = tuple(a for a, sa in w.assignments.items() if sa.running)
         buffered = tuple(w.outbox)
         self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered, w.conn))
-        self.flush(w, force=True)
+        if self.extra.restore_ms == (0, 0):
+            self.flush(w, force=True)
+        else:
+            # As the real worker: the outbox goes out after the welcome (its epoch decides what
+            # is an offer), and a stream whose welcome does not come is given up for another.
+            self.at(self.now + WELCOME_TIMEOUT_MS, "welcome_due", w.worker_id, w.epoch, w.conn)
 
     def owned(self, w: SimWorker) -> tuple:
         return tuple(w.assignments)
 
     def flush(self, w: SimWorker, *, force: bool = False) -> None:
         """Send what waits in the outbox: uploads first, then their reports, then finishes."""
+        if self.extra.restore_ms != (0, 0) and w.welcomed != w.conn:
+            return  # as the real worker: nothing before the welcome (its epoch decides what is an offer)
         for attempt_id, (asg, gen, report) in list(w.outbox.items()):
             if not force and self.now - w.sent_at.get(attempt_id, -RESEND_MS) < RESEND_MS:
                 continue
@@ -594,7 +648,7 @@ class Simulation:
                 for a in missing:
                     self.send_to_coordinator(w, ("upload", a.digest, a.size_bytes))
             else:
-                self.send_to_coordinator(w, ("report", attempt_id, asg, gen, report))
+                self.send_to_coordinator(w, ("report", attempt_id, asg, gen, report, attempt_id in w.offered))
         for aid, sa in list(w.assignments.items()):
             if self.done_with(w, sa):
                 key = "finish:" + aid
@@ -641,7 +695,11 @@ class Simulation:
                 self.flush(w, force=True)
         elif kind == "report_ack":
             attempt_id = frame[1]
-            if w.outbox.pop(attempt_id, None) is not None:
+            entry = w.outbox.pop(attempt_id, None)
+            if entry is not None:
+                if self.keep_acknowledged:
+                    w.kept[attempt_id] = entry
+                w.offered.pop(attempt_id, None)
                 w.sent_at.pop(attempt_id, None)
                 self.flush(w, force=True)
         elif kind == "finished_ack":
@@ -655,7 +713,19 @@ class Simulation:
             measured = tuple(sorted((k, values.get(k, "(missing)")) for k in keys))
             self.send_to_coordinator(w, ("measured", w.incarnation, run_id, measured))
         elif kind == "welcome":
-            pass
+            epoch = frame[2]
+            w.welcomed = w.conn
+            if epoch != w.seen_epoch:
+                # Restored from a backup: every kept report goes back to the outbox, and all of
+                # it is offered; what the coordinator holds of the uploads is known no more.
+                w.seen_epoch = epoch
+                w.outbox.update(w.kept)
+                w.kept = {}
+                w.offered = dict.fromkeys(w.outbox)
+                w.uploaded = {}
+                self.note(f"{w.worker_id} sees epoch {epoch}: offers {len(w.offered)} reports again")
+            if self.extra.restore_ms != (0, 0):
+                self.flush(w, force=True)
 
     def duration(self, attempt_id: str) -> int:
         rng = self.attempt_rng(attempt_id, "duration")
@@ -822,6 +892,9 @@ class Simulation:
             self.at(start + rng.randint(5_000, 30_000), "recover")
         for start, length in self.extra.stalls:
             self.at(t0 + start, "freeze", length)
+        if self.extra.restore_ms != (0, 0):
+            self.at(t0 + self.extra.restore_ms[0], "backup")
+            self.at(t0 + self.extra.restore_ms[1], "restore")
         if self.blackhole_wid is not None:
             start, stop = self.extra.blackhole_ms
             self.at(t0 + start, "blackhole", "starts")
@@ -850,7 +923,7 @@ class Simulation:
         self.at(t0 + TICK_MS, "tick")
         self.at(t0 + LIVENESS_MS, "liveness")
         self.schedule_faults()
-        paused = False
+        self.op_paused = False
         while self.events:
             when, _, kind, args = heapq.heappop(self.events)
             self.now = when
@@ -890,8 +963,10 @@ class Simulation:
             elif kind == "to_coord":
                 self.to_coord(*args)
             elif kind == "to_worker":
-                wid, epoch, frame = args
+                wid, epoch, frame, restarts = args
                 w = self.workers[wid]
+                if self.extra.restore_ms != (0, 0) and restarts != self.restarts:
+                    continue  # sent on a stream of a coordinator process that is gone
                 if w.alive and w.connected and epoch == w.epoch:
                     self.worker_frame(w, frame)
             elif kind == "heartbeat":
@@ -921,6 +996,7 @@ class Simulation:
                 w = self.workers[wid]
                 self.stats["partitions"] += 1
                 self.unprotect(wid)
+                self.restore_disturbed(wid)
                 w.partitioned = True
                 self.note(f"{wid} partitioned for {length}ms")
                 self.at(self.now + self.rng.randint(PARTITION_NOTICE_MS_MIN, PARTITION_NOTICE_MS_MAX),
@@ -940,6 +1016,7 @@ class Simulation:
                     self.note(f"{w.worker_id} stream reset")
                     w.connected = False  # frames in flight on the reset stream are dropped
                     self.unprotect(w.worker_id)
+                    self.restore_disturbed(w.worker_id)
                     if self.frozen:
                         self.frozen_inbox.append(("ended", (w.worker_id,)))
                     elif self.coordinator_up:
@@ -952,6 +1029,7 @@ class Simulation:
                 w = self.workers[args[0]]
                 if w.alive:
                     self.unprotect(w.worker_id)
+                    self.restore_disturbed(w.worker_id)
                     if w.connected and self.frozen:
                         self.frozen_inbox.append(("ended", (w.worker_id,)))  # read after the stall
                     elif w.connected and self.coordinator_up:
@@ -971,22 +1049,22 @@ class Simulation:
             elif kind == "coord_up":
                 self.coordinator_up = True
                 self.apply(c.CoordinatorRecovered(self.now))
-                if paused:
+                if self.op_paused:
                     pass
                 self.note("coord recovered from its log")
                 for w in self.workers.values():
                     self.at(self.now + self.rng.randint(100, 2_000), "reconnect", w.worker_id, w.epoch)
             elif kind == "pause":
                 if self.coordinator_up:
-                    paused = True
+                    self.op_paused = True
                     self.apply(c.RunPaused(self.now, self.run_id))
                 else:
                     self.at(self.now + 1_000, "pause")
             elif kind == "recover":
-                if self.coordinator_up and paused:
-                    paused = False
+                if self.coordinator_up and self.op_paused:
+                    self.op_paused = False
                     self.apply(c.RunRecovered(self.now, self.run_id))
-                elif paused:
+                elif self.op_paused:
                     self.at(self.now + 1_000, "recover")
             elif kind == "repair":
                 if self.coordinator_up:
@@ -1003,9 +1081,124 @@ class Simulation:
                 self.thaw()
             elif kind == "blackhole":
                 self.note(f"{self.blackhole_wid} black hole {args[0]}")
+            elif kind == "welcome_due":
+                w = self.workers[args[0]]
+                if w.epoch == args[1] and w.conn == args[2] and w.connected and w.welcomed != w.conn:
+                    self.note(f"{w.worker_id} got no welcome: reconnects")
+                    w.connected = False
+                    self.restore_disturbed(w.worker_id)
+                    self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
+            elif kind == "backup":
+                if self.coordinator_up:
+                    self.backup_len = len(self.log)  # what a backup holds: the log as committed
+                    self.note(f"backup of {self.backup_len} log records")
+                else:
+                    self.at(self.now + 1_000, "backup")
+            elif kind == "restore":
+                if self.coordinator_up and self.backup_len >= 0:
+                    self.restore_from_backup()
+                else:
+                    self.at(self.now + 1_000, "restore")
+            elif kind == "coord_up_restored":
+                self.coordinator_up = True
+                self.apply(c.CoordinatorRecovered(self.now))
+                self.apply(c.CoordinatorRestored(self.now, f"backup-{self.seed}",
+                                                 f"r{self.extra_stats['restores']}"))
+                self.note(f"coord restored from its backup: epoch {self.state.epoch}")
+                run = self.state.runs.get(self.run_id)
+                if run is not None and run.paused and not run.pause_reason and not self.op_paused:
+                    # The operator's recover was acknowledged after the backup: lost with the
+                    # tail. The operator sees the run paused again and recovers it again.
+                    self.op_paused = True
+                    self.at(self.now + self.rng.randint(5_000, 20_000), "recover")
+                if run is not None and run.blocked_reason:
+                    self.at(self.now + self.rng.randint(5_000, 20_000), "repair", run.blocked_reason)  # so is a repair
+                for w in self.workers.values():
+                    self.at(self.now + self.rng.randint(100, 2_000), "reconnect", w.worker_id, w.epoch)
             else:
                 raise AssertionError(kind)
         return self.finish()
+
+    # --- the restore from a backup (--faults restore) ---------------------------------------
+    def restore_from_backup(self) -> None:
+        """The coordinator dies and an operator starts one on the backup: the log's tail after the
+        backup is lost (what it dispatched, what it acknowledged). The workers live on with their
+        outboxes and what they kept; the new coordinator starts a new epoch."""
+        self.extra_stats["restores"] += 1
+        self.coordinator_up = False
+        self.restarts += 1
+        for w in self.workers.values():
+            w.connected = False
+        self.issued_before_restore.update(dict.fromkeys(self.state.attempts))
+        lost = self.log[self.backup_len:]
+        self.log = self.log[:self.backup_len]
+        self.extra_stats["lost_records"] += len(lost)
+        state = new_state()
+        for cmd in self.log:
+            state, t = step(state, cmd)
+            assert t.outcome.ok, f"replay of {cmd} was refused: {t.outcome}"
+        for attempt_id, cell_id in list(self.acked_selectable.items()):
+            run = state.runs.get(self.state.attempts[attempt_id].run_id)
+            if run is None or run.cells[cell_id].selected != attempt_id:
+                # Acknowledged after the backup: the restored coordinator does not have it.
+                del self.acked_selectable[attempt_id]
+                self.lost_acked[attempt_id] = (cell_id, self.state.attempts[attempt_id].worker_id)
+        self.extra_stats["lost_acked"] = len(self.lost_acked)
+        self.restore_undisturbed = {wid: None for wid, w in self.workers.items() if w.alive and not w.partitioned
+                                    and wid in state.workers
+                                    and state.workers[wid].status not in (WorkerStatus.EXPIRED, WorkerStatus.GONE)}
+        self.state = state
+        # Selections of the lost tail vanish (a coordinator that never made them): the checks
+        # across steps start again from the restored state, checked when it was first reached.
+        self.monitor = Monitor()
+        self.monitor.observe(state)
+        self.attempts_checked = self.restore_checked = len(state.attempts)
+        self.note(f"coord restored from the backup: {len(lost)} log records lost, "
+                  f"{len(self.lost_acked)} acknowledged results with them")
+        self.at(self.now + self.rng.randint(1_000, 5_000), "coord_up_restored")
+
+    def restore_step_check(self) -> None:
+        """No attempt dispatched after the restore has an id issued before it (an adopted one,
+        offered by the worker that ran it, is that very attempt)."""
+        total = len(self.state.attempts)
+        ids = list(itertools.islice(reversed(self.state.attempts), max(0, total - self.restore_checked)))
+        self.restore_checked = total
+        for tid in ids:
+            if tid in self.issued_before_restore and not self.state.attempts[tid].recovered:
+                self.fail(f"attempt id {tid}, issued before the restore, issued again")
+
+    def restore_disturbed(self, wid: WorkerId) -> None:
+        """A fault of the worker's own (a crash, a partition, a reset, a dropped frame) before
+        every result it offers after the restore is answered: they may come late."""
+        w = self.workers[wid]
+        if wid in self.restore_undisturbed and (not self.state.epoch or w.seen_epoch != self.state.epoch
+                                                or w.offered):
+            del self.restore_undisturbed[wid]
+
+    def offer_answered(self, wid: WorkerId, attempt_id: str, out: Any) -> None:
+        if attempt_id not in self.lost_acked:
+            return
+        if out.kind == OutcomeKind.ACCEPTED:
+            self.extra_stats["adopted"] += 1
+        elif out.kind == OutcomeKind.LATE:
+            self.extra_stats["offers_late"] += 1
+
+    def restore_problems(self) -> list[str]:
+        """Every cell whose acknowledged result the restore lost ends selected; one whose worker
+        no fault of its own touched until its offers were answered is selected with a result of
+        the old epoch (adopted, that one or another worker's: its cell was not paid for again)."""
+        bad = []
+        run = self.state.runs[self.run_id]
+        for attempt_id, (cell_id, wid) in self.lost_acked.items():
+            cell = run.cells[cell_id]
+            if cell.selected is None:
+                bad.append(f"cell {cell_id}, whose result {attempt_id} the restore lost, ended without one")
+            elif cell.selected not in self.issued_before_restore:  # a result of the old epoch is no new cost
+                self.extra_stats["run_again"] += 1
+                if wid in self.restore_undisturbed:
+                    bad.append(f"cell {cell_id} ran again after the restore although {wid} kept {attempt_id} "
+                               "and no fault of its own delayed its offer")
+        return bad
 
     def to_coord(self, wid: WorkerId, epoch: int, restarts: int, frame: tuple) -> None:
         if self.coordinator_up and restarts == self.restarts and self.workers[wid].connected:
@@ -1100,6 +1293,7 @@ class Simulation:
                 "blackhole": self.blackhole_wid, "blackhole_ms": list(self.extra.blackhole_ms),
                 "stall_command": self.stall_command, "stall_problems": self.stall_problems[:20],
                 "blackhole_problems": self.blackhole_problems(summarize(self.state, self.run_id))[:20],
+                **({"restore_ms": list(self.extra.restore_ms)} if "restore" in self.extra_names else {}),
                 **self.extra_stats}
 
     def provider_report(self) -> dict:
@@ -1145,6 +1339,10 @@ class Simulation:
             self.provider_final_checks(summary)
         if self.blackhole_wid is not None:
             bad = self.blackhole_problems(summary)
+            if bad:
+                fail(bad[0])
+        if self.extra.restore_ms != (0, 0):
+            bad = self.restore_problems()
             if bad:
                 fail(bad[0])
 

@@ -69,6 +69,7 @@ table.list td a { text-decoration: none; } .pager { margin: 6px 0; } .pager a { 
 .agg i.zero { background: var(--zero); } .agg i.running { background: #0969da; } .agg i.held { background: #bf8700; }
 .agg i.exhausted { background: #24292f; } .agg i.unscored { background: #90a4ae; }
 .actions { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-end; margin: 8px 0; }
+td.act form { display: inline-block; margin: 0 4px 0 0; }
 .actions form { margin: 0; display: flex; gap: 6px; align-items: flex-end; }
 .actions label { font-size: 12px; color: var(--muted); display: flex; flex-direction: column; }
 button.danger { color: #cf222e; } #events { font: 12px ui-monospace, monospace; max-height: 180px; overflow-y: auto;
@@ -223,7 +224,7 @@ def fleet_live(status: dict, workers: list[dict], page: int, etas: dict[str, flo
             f'data-slots="{w["slots"]}"><td>{esc(w["worker_id"])}</td><td class="wstate">{esc(w["status"])}'
             + (' <b class="lost">lost</b>' if lost else "") + "</td>"
             f'<td class="n">{w["busy_slots"]}/{w["slots"]}</td><td class="n">{_duration(w["last_heartbeat_age_ms"])} ago</td>'
-            f'<td>{esc(", ".join(w["serves_runs"]))}</td><td>{refusal}</td><td class="actions">{act}</td></tr>')
+            f'<td>{esc(", ".join(w["serves_runs"]))}</td><td>{refusal}</td><td class="act">{act}</td></tr>')
     workers_html = (f'<ul class="counts" id="worker-counts" data-workers="{len(workers)}" data-slots="{slots}" '
                     f'data-busy="{busy}"><li><b>{len(workers)}</b><span class="label">workers</span></li>'
                     f'<li><b>{busy}/{slots}</b><span class="label">slots in use</span></li>{counts_html}</ul>'

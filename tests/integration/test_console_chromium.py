@@ -212,6 +212,16 @@ def test_bulk_retry_dry_run_then_confirm_and_a_viewer_is_refused(driver, cluster
     before = {c["cell_id"]: c["attempts"] for c in results["cells"]}
 
     login(driver, base, admin_token)
+    # One cell first, from its own page: the same RetryCell.
+    driver.get(f"{base}/runs/{run_id}/cells/{down[0]}")
+    driver.find_element(By.ID, "action-retry-cell").click()
+    wait(driver, "the retry's outcome", lambda d: d.find_elements(By.ID, "action-result"))
+    assert driver.find_element(By.ID, "action-result").get_attribute("data-outcome") == "accepted"
+    wait(driver, "the retried cell to run out of attempts again", lambda d: next(
+        c for c in cluster.results(run_id)["cells"] if c["cell_id"] == down[0])["attempts"] > before[down[0]]
+        and cluster.results(run_id)["summary"]["state"] == "incomplete")
+    results = cluster.wait_settled(run_id, 60)
+    before = {c["cell_id"]: c["attempts"] for c in results["cells"]}
     driver.get(f"{base}/runs/{run_id}")
     Select(driver.find_element(By.ID, "bulk-reason")).select_by_value("exhausted")
     driver.find_element(By.ID, "bulk-subject").send_keys("down")
@@ -232,7 +242,7 @@ def test_bulk_retry_dry_run_then_confirm_and_a_viewer_is_refused(driver, cluster
     log = [json.loads(line) for line in (cluster.root / "coordinator.log").read_text().splitlines()
            if line.startswith("{")]
     assert sum(1 for e in log if e.get("event") == "console_action" and e["action"] == "retry"
-               and e["who"].startswith("admin session ")) == 3
+               and e["who"].startswith("admin session ")) == 1 + 3  # the one cell, then the bulk
 
     # A viewer: no action on the page, and an action it posts anyway is refused.
     login(driver, base, viewer_token)

@@ -9,7 +9,9 @@ refused unless --insecure."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import ssl
 import time
 from pathlib import Path
@@ -114,9 +116,24 @@ def test_rights_login_csrf_and_actions_through_the_admin_rpc(cluster: Cluster) -
     assert any(e["who"].startswith("viewer session ") and e["action"] == "pause" for e in refused), refused
     assert admin_token not in log and viewer_token not in log
 
-    # Logging out ends the session.
-    admin.post("/logout", {"csrf": csrf})
-    assert admin.get("/").status == 401
+    # Bad input is refused with its reason, nothing done.
+    r = admin.post(f"/runs/{run_id}/retry/plan", {"csrf": csrf, "state": "incomplete", "reason": "bogus"})
+    assert r.status == 400 and "unknown incomplete reason 'bogus'" in r.text
+    r = admin.post(f"/runs/{run_id}/retry/confirm", {"csrf": csrf, "plan": "made-up"})
+    assert r.status == 409 and "no such bulk retry plan" in r.text
+    r = admin.post(f"/runs/{run_id}/repair", {"csrf": csrf})
+    assert r.status == 400 and "blocked reason" in r.text
+    assert admin.get(f"/runs/{run_id}?page=-1").status == 400
+
+    # Logging out ends the session (the viewer's goes on).
+    assert admin.post("/logout", {"csrf": csrf}).status == 303
+    assert admin.get("/").status == 401 and viewer.get("/").status == 200
+
+    # A rotated viewer token (SIGHUP) ends the viewer's session; the new token logs in.
+    (cluster.data_dir / "viewer.token").write_text("rotated-viewer-token\n")
+    os.kill(cluster.coordinator.pid, signal.SIGHUP)
+    wait_for("the old viewer session to end", lambda: viewer.get("/").status == 401, timeout_s=10)
+    Http(address).login("rotated-viewer-token")
 
 
 def test_events_resume_after_a_reconnect_and_resync_across_processes(cluster: Cluster) -> None:

@@ -222,6 +222,10 @@ class Console:
 
     async def login(self, request: web.Request) -> web.Response:
         form = await request.post()
+        origin = request.headers.get("Origin")
+        if origin and origin != "null" and urlsplit(origin).netloc != request.host:
+            # A login posted from another site would sign this browser into someone else's session.
+            return self._html(pages.login_page("A login must come from this console's own page.", "/"), status=403)
         nxt = str(form.get("next") or "/")
         if not nxt.startswith("/") or nxt.startswith("//"):
             nxt = "/"  # only a path on this console: never an open redirect
@@ -339,7 +343,9 @@ class Console:
     async def artifact(self, request: web.Request) -> web.StreamResponse:
         principal = request[PRINCIPAL]
         digest = request.match_info["digest"]
-        name = Path(request.query.get("name") or digest.replace(":", "-")).name or "artifact"
+        # A file name for the browser, never a header of ours: the name's last part, in a safe alphabet.
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(request.query.get("name") or digest.replace(":", "-")).name) \
+            or "artifact"
         chunks = []
         async for chunk in self.admin.stream("GetArtifact", admin_pb2.GetArtifactRequest(digest=digest)):
             chunks.append(chunk.data)

@@ -63,6 +63,8 @@ def test_rights_login_csrf_and_actions_through_the_admin_rpc(cluster: Cluster) -
     r = anon.post("/login", {"token": (cluster.data_dir / "enroll.token").read_text().strip(), "next": "/"})
     assert r.status == 401
 
+    r = Http(address).post("/login", {"token": viewer_token, "next": "/"}, headers={"Origin": "http://evil.example"})
+    assert r.status == 403 and "set-cookie" not in r.headers  # no login from another site's form
     viewer = Http(address)
     r = viewer.login(viewer_token)
     cookie = next(c for c in viewer.set_cookies if c.startswith("fleet_console="))

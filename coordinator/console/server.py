@@ -346,15 +346,27 @@ class Console:
         # A file name for the browser, never a header of ours: the name's last part, in a safe alphabet.
         name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(request.query.get("name") or digest.replace(":", "-")).name) \
             or "artifact"
-        chunks = []
-        async for chunk in self.admin.stream("GetArtifact", admin_pb2.GetArtifactRequest(digest=digest)):
-            chunks.append(chunk.data)
-        data = b"".join(chunks)
-        if request.query.get("download"):
-            return web.Response(body=data, content_type="application/octet-stream",
-                                headers={"Content-Disposition": f'attachment; filename="{name}"'})
-        shown = data[:limits.ARTIFACT_INLINE_BYTES_MAX]
-        return self._html(pages.artifact_page(name, shown.decode("utf-8", errors="replace"), len(shown) < len(data),
+        req = admin_pb2.GetArtifactRequest(digest=digest)
+        if request.query.get("download"):  # streamed as GetArtifact gives it (checked against its digest)
+            resp: web.StreamResponse | None = None
+            async for chunk in self.admin.stream("GetArtifact", req):
+                if resp is None:
+                    resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
+                                                       "Content-Disposition": f'attachment; filename="{name}"',
+                                                       "Content-Length": str(chunk.total_length)})
+                    resp.headers["Content-Security-Policy"] = CSP
+                    await resp.prepare(request)
+                await resp.write(chunk.data)
+            assert resp is not None  # GetArtifact yields a chunk even for an empty artifact, or aborts
+            await resp.write_eof()
+            return resp
+        shown, total = b"", 0
+        async for chunk in self.admin.stream("GetArtifact", req):  # shown inline: its first MiB only
+            total = chunk.total_length
+            shown += chunk.data[:limits.ARTIFACT_INLINE_BYTES_MAX - len(shown)]
+            if len(shown) >= limits.ARTIFACT_INLINE_BYTES_MAX:
+                break
+        return self._html(pages.artifact_page(name, shown.decode("utf-8", errors="replace"), len(shown) < total,
                                               principal, request.headers.get("Referer") or "/"))
 
     async def events(self, request: web.Request) -> web.StreamResponse:

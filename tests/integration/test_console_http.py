@@ -8,6 +8,7 @@ console with the gRPC port's certificate and the cookie is Secure; plaintext off
 refused unless --insecure."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -153,7 +154,16 @@ def test_events_resume_after_a_reconnect_and_resync_across_processes(cluster: Cl
     got = first.read(lambda evs: sum(1 for e in evs if e[1] == "fleet" and e[2]["event"] == "cell_selected") >= 2)
     last_seen = [e for e in got if e[1] == "fleet"][-1][0]
     first.close()  # the browser loses its connection here; the run goes on
-    cluster.wait_settled(run_id, 60)
+    settled_results = cluster.wait_settled(run_id, 60)
+
+    # A cell's artifact, downloaded whole (the bytes its digest names) and shown inline.
+    art = next(a for c in settled_results["cells"] for a in c["artifacts"] if a["name"] == "subject.stdout")
+    got = client.get(f"/artifacts/{art['digest']}?name=../../{art['name']}&download=1")
+    assert got.status == 200 and "sha256:" + hashlib.sha256(got.body).hexdigest() == art["digest"]
+    assert got.headers["content-disposition"] == 'attachment; filename="subject.stdout"'
+    shown = client.get(f"/artifacts/{art['digest']}?name={art['name']}")
+    assert shown.status == 200 and 'id="artifact-text"' in shown.text and "answered" in shown.text
+    assert client.get("/artifacts/sha256:" + "0" * 64).status == 404
     settled = steady.read(lambda evs: any(e[1] == "fleet" and e[2]["event"] == "run_settled" for e in evs))
     steady_ids = [e[0] for e in settled if e[1] == "fleet"]
     assert last_seen in steady_ids

@@ -44,8 +44,9 @@ REFRESH_MS_DEFAULT = 1_000
 # ---- the browsers (a client process: python -m tools.bench.console _browsers ...) ----------------
 
 class Browser(threading.Thread):
-    def __init__(self, address: str, token: str, stop: Path, deadline: float) -> None:
+    def __init__(self, address: str, token: str, stop: Path, deadline: float, mode: str = "both") -> None:
         super().__init__(daemon=True)
+        self.mode = mode  # "both", "sse" (the event stream only) or "pages" (pages on a timer, no stream)
         self.address, self.token, self.stop_file, self.deadline = address, token, stop, deadline
         self.events = self.fetches = self.bytes = 0
         self.run_id = ""
@@ -86,7 +87,16 @@ class Browser(threading.Thread):
             last = mono()
 
     def run(self) -> None:
-        threading.Thread(target=self._pages, daemon=True).start()
+        if self.mode != "sse":
+            threading.Thread(target=self._pages, daemon=True).start()
+        if self.mode == "pages":  # no stream: the run found from the fleet, pages as if events came
+            while not self.stop_file.exists() and mono() < self.deadline:
+                m = re.search(r'data-run-id="([^"]+)"', self._get("/?fragment=1"))
+                if m:
+                    self.run_id = m.group(1)
+                self._dirty.set()
+                time.sleep(0.2)
+            return
         host, port = self.address.rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=20)
         conn.request("GET", "/events", headers={"Authorization": f"Bearer {self.token}"})
@@ -115,13 +125,14 @@ def browsers_main(argv: list[str]) -> int:
     ap.add_argument("count", type=int)
     ap.add_argument("stop", type=Path)
     ap.add_argument("out", type=Path)
+    ap.add_argument("mode", nargs="?", default="both", choices=("both", "sse", "pages"))
     a = ap.parse_args(argv)
     token = a.token_file.read_text().strip()
     # Real browsers run elsewhere; on this 2-core host they yield to the coordinator and workers
     # (the cost measured is the coordinator's serving, not a competing client's CPU).
     os.nice(19)
     deadline = mono() + CLIENT_DEADLINE_S
-    bs = [Browser(a.address, token, a.stop, deadline) for _ in range(a.count)]
+    bs = [Browser(a.address, token, a.stop, deadline, a.mode) for _ in range(a.count)]
     for b in bs:
         b.start()
     (a.stop.parent / "browsers.ready").write_text("ready\n")
@@ -133,7 +144,7 @@ def browsers_main(argv: list[str]) -> int:
 
 # ---- the bench ------------------------------------------------------------------------------------
 
-def w1_once(root: Path, groups: int, browsers: int, console: bool = True) -> dict:
+def w1_once(root: Path, groups: int, browsers: int, console: bool = True, mode: str = "both") -> dict:
     coord = Coordinator(root, extra=("--http-listen", "127.0.0.1:0") if console else ())
     workers: list[Proc] = []
     clients: Proc | None = None
@@ -157,7 +168,7 @@ def w1_once(root: Path, groups: int, browsers: int, console: bool = True) -> dic
         if browsers:
             clients = Proc("browsers", [PY, "-m", "tools.bench.console", "_browsers", address,
                                         str(coord.data_dir / "viewer.token"), str(browsers), str(stop),
-                                        str(root / "browsers.json")], root / "browsers.log")
+                                        str(root / "browsers.json"), mode], root / "browsers.log")
             deadline = mono() + START_TIMEOUT_S
             while not (root / "browsers.ready").exists():
                 if mono() > deadline or not clients.alive():
@@ -211,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, default=2_000, help="W1's groups (default 2,000)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each arm, alternated (default 3)")
     ap.add_argument("--browsers", type=int, default=5)
+    ap.add_argument("--browser-mode", default="both", choices=("both", "sse", "pages"),
+                    help="what a browser does: both (default), the event stream only, or the pages only")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     a = ap.parse_args(argv)
@@ -223,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             f"4 workers x 2 slots, {a.rounds} rounds alternated")
         for r in range(a.rounds):
             for arm, n in (("without", 0), ("with", a.browsers), ("no console", 0)):
-                got = w1_once(root / f"{arm.replace(' ', '-')}-{r}", a.groups, n, console=arm != "no console")
+                got = w1_once(root / f"{arm.replace(' ', '-')}-{r}", a.groups, n, console=arm != "no console",
+                              mode=a.browser_mode)
                 arms[arm].append(got)
                 extra = ""
                 if got["browsers"]:

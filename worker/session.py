@@ -70,6 +70,7 @@ from common.limits import (
     UPLOADS_IN_FLIGHT_MAX,
 )
 from worker import codec
+from worker import protocol as wp
 from worker.config import (
     ABORT_GRACE_MS,
     ROOM_RECHECK_MS,
@@ -198,37 +199,15 @@ def _describe(exc: BaseException) -> str:
 
 
 @dataclass(eq=False)
-class _Held:
-    """An assignment this process holds: running, waiting for its reports to settle, or
-    waiting for its GroupFinished to be acknowledged."""
+class _Group:
+    """What the shell keeps of a running group beside the protocol's `Held` (worker/protocol.py,
+    where its state and next step live): the cancel event its executors watch, and its task."""
 
-    assignment_id: AssignmentId
-    run_id: str
-    cells_left: int  # cells whose outcome is not yet in the outbox
-    unsettled: set[AttemptId] = field(default_factory=set)  # in the outbox, not yet acked
-    running: bool = False
-    revoked: bool = False
-    handed_back: bool = False  # given up without running (an orphan, a push during drain)
-    dead: int = 0  # entries dead-lettered
-    finishing: bool = False  # a GroupFinished awaits its ack
     cancel: CancelEvent = field(default_factory=CancelEvent)
     task: asyncio.Task[None] | None = None
-    cells: int = 0  # the push's cells (0 for an orphan adopted at start: it is handed back)
-    counted: set[AttemptId] = field(default_factory=set)  # acked ACCEPTED or DUPLICATE
 
-    def ready_to_finish(self) -> bool:
-        return (not self.revoked and not self.running and not self.finishing
-                and self.cells_left == 0 and not self.unsettled)
 
-    def completed_by_reports(self) -> bool:
-        """Every cell of the push acknowledged ACCEPTED or DUPLICATE: a coordinator of protocol
-        5 released the assignment at the commit of the last one, so no GroupFinished is due."""
-        return (not self.handed_back and not self.dead and self.cells > 0
-                and len(self.counted) == self.cells)
-
-    @property
-    def reason(self) -> str:
-        return "handed_back" if self.handed_back or self.dead else "completed"
+_ACK_KINDS = {_ACCEPTED: wp.AckKind.ACCEPTED, _DUPLICATE: wp.AckKind.DUPLICATE, _LATE: wp.AckKind.LATE}
 
 
 class _Stream:
@@ -375,7 +354,12 @@ class WorkerSession:
         self._rng = rng or random.Random()
         self._version = version or software_version()
         self._work_root = config.work_dir / "attempts"
-        self._held: dict[AssignmentId, _Held] = {}
+        # The held groups and what each may do next: the sans-I/O protocol, which this shell
+        # feeds facts (`_handle`) and whose actions it carries out (`_act`).
+        self._proto = wp.WorkerProtocol()
+        self._running: dict[AssignmentId, _Group] = {}  # groups whose task runs
+        self._stream: _Stream | None = None  # the open stream, welcomed, and its task group
+        self._stream_tasks: asyncio.TaskGroup | None = None
         self._running_cells = 0
         self._changed = asyncio.Event()
         # Set when a report is put into the outbox: the only change that gives the pump work, so
@@ -417,7 +401,7 @@ class WorkerSession:
 
     @property
     def held_assignment_ids(self) -> list[AssignmentId]:
-        return list(self._held)
+        return list(self._proto.held)
 
     @property
     def draining(self) -> bool:
@@ -428,7 +412,7 @@ class WorkerSession:
         state = "connected" if self.connected else "connecting"
         if self.draining:
             state = "draining, " + state
-        busy = sum(1 for h in self._held.values() if h.running)
+        busy = len(self._proto.running())
         line = f"{state}, {busy}/{self._config.slots} slots busy, outbox {self._state.depth}"
         return line + (f"; no new cell: {self.degraded}" if self.degraded else "")
 
@@ -436,6 +420,63 @@ class WorkerSession:
         """Wake everyone waiting for a change of the held set or the outbox."""
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _handle(self, event: wp.Event) -> tuple[list[wp.Action], list[asyncio.Future[Any]]]:
+        """Feed the protocol one fact and carry out its actions, in order. Returns the actions
+        and the futures of the outbox commits they queued: a caller that must wait for those
+        awaits them; one that must not (a commit's callback) hands them to `_watch`."""
+        actions = self._proto.handle(event)
+        futures = [f for f in map(self._act, actions) if f is not None]
+        self._notify()
+        return actions, futures
+
+    def _act(self, action: wp.Action) -> asyncio.Future[Any] | None:
+        """One action. RecordAssignment, StartGroup, StoreReport and SendHeartbeat are carried out
+        by the caller that fed the event (it holds the push or the outcome they need)."""
+        if isinstance(action, wp.CommitAck):
+            # Settled by the commit itself, not by the task that asked: a stream cut while the
+            # ack commits cancels that task, and the entry, no longer pending, is never replayed.
+            acked = self._state.ack_queued(action.attempt_id)
+            event = wp.AckCommitted(action.assignment_id, action.attempt_id)
+            acked.add_done_callback(lambda f: f.cancelled() or f.exception() or self._watch(self._handle(event)[1]))
+            return acked
+        if isinstance(action, wp.FinishAssignment):
+            done = self._state.finish_assignment_queued(action.assignment_id)
+
+            def finished(f: asyncio.Future[None], a: wp.FinishAssignment = action) -> None:
+                ok = not f.cancelled() and f.exception() is None
+                if ok and a.by is not wp.FinishBy.REVOKE:
+                    self.groups_finished += 1
+                self._handle(wp.AssignmentFinished(a.assignment_id, ok))
+
+            done.add_done_callback(finished)
+            return done
+        if isinstance(action, wp.SendGroupFinished):
+            s, tg = self._stream, self._stream_tasks
+            assert s is not None and tg is not None, "a GroupFinished is asked for on an open stream only"
+            try:
+                tg.create_task(self._finish_group(s, action.assignment_id, action.reason))
+            except RuntimeError:
+                pass  # the stream is ending: the protocol hears StreamClosed next and asks again later
+        elif isinstance(action, wp.CancelGroup):
+            group = self._running.get(action.assignment_id)
+            if group is not None:
+                group.cancel.set()
+        elif isinstance(action, wp.DeliverReport):
+            self._notify_put()
+        return None
+
+    def _watch(self, futures: list[asyncio.Future[Any]]) -> None:
+        """Outbox commits nobody awaits: a storage error still ends the stream (fail-stop)."""
+        for fut in futures:
+            for tg in (self._stream_tasks, self._groups):
+                if tg is None:
+                    continue
+                try:
+                    tg.create_task(self._await(fut))
+                    break
+                except RuntimeError:
+                    continue
 
     def _notify_put(self) -> None:
         """Wake the pump: a report was put into the outbox."""
@@ -473,9 +514,9 @@ class WorkerSession:
                 await self._connect_loop(channel)
                 for t in control:
                     t.cancel()
-                for held in self._held.values():
-                    if held.task is not None:
-                        held.task.cancel()
+                for group in self._running.values():
+                    if group.task is not None:
+                        group.task.cancel()
         except BaseExceptionGroup as eg:
             leaves = list(_leaves(eg))
             rest = [e for e in leaves if not isinstance(e, (Refused, _Aborted))]
@@ -492,7 +533,7 @@ class WorkerSession:
             self._log.warning("worker stopped without draining", outbox_depth=self._state.depth)
             return Ended.ABORTED
         self._log.info("worker drained", outbox_depth=self._state.depth,
-                       held=len(self._held))
+                       held=len(self._proto.held))
         return Ended.DRAINED
 
     def _initial_token(self) -> str:
@@ -521,16 +562,15 @@ class WorkerSession:
     def _adopt_orphans(self) -> None:
         """Assignments recorded by an earlier process and never finished: nothing runs them
         now. Their buffered reports are replayed; then they are handed back."""
-        buffered: dict[str, set[AttemptId]] = {}
+        buffered: dict[str, dict[AttemptId, None]] = {}
         for entry in self._pending_entries():
-            buffered.setdefault(entry.assignment_id, set()).add(entry.attempt_id)
+            buffered.setdefault(entry.assignment_id, {})[entry.attempt_id] = None
         for aid, payload in self._state.assignments():
             push = codec.push_from_record(payload)
-            held = _Held(aid, push.run_id, cells_left=0, unsettled=buffered.get(aid, set()),
-                         handed_back=True)
-            self._held[aid] = held
+            ids = tuple(buffered.get(aid, ()))
+            self._handle(wp.OrphanAdopted(aid, push.run_id, ids))  # no stream yet: no action
             self._log.info("orphaned assignment will be handed back", run=push.run_id, assignment=aid,
-                           buffered=len(held.unsettled))
+                           buffered=len(ids))
 
     def _pending_entries(self) -> Iterator[OutboxEntry]:
         after = 0
@@ -554,19 +594,20 @@ class WorkerSession:
         loop = asyncio.get_running_loop()
         self._drain_deadline = loop.time() + self._config.drain_timeout_s
         self._draining.set()
-        running = [h for h in self._held.values() if h.running]
+        self._handle(wp.DrainStarted())
+        running = self._proto.running()
         self._log.info("draining: no new work", running_groups=len(running),
                        drain_timeout_s=self._config.drain_timeout_s)
         self._notify()
         if not await self._wait_until(self._nothing_running, self._config.drain_timeout_s):
             self._log.warning("drain timeout: cancelling running groups",
-                              groups=[h.assignment_id for h in self._held.values() if h.running])
+                              groups=self._proto.running())
             await self._cancel_running()
-        settled = await self._wait_until(lambda: self._state.depth == 0 and not self._held,
+        settled = await self._wait_until(lambda: self._state.depth == 0 and not self._proto.held,
                                          self._config.flush_timeout_s)
         if not settled:
             self._log.warning("drain: outbox not flushed in time; it is kept for the next start",
-                              outbox_depth=self._state.depth, held=len(self._held))
+                              outbox_depth=self._state.depth, held=len(self._proto.held))
         self._goodbye.set()
         self._notify()
 
@@ -577,17 +618,16 @@ class WorkerSession:
         raise _Aborted()
 
     def _nothing_running(self) -> bool:
-        return not any(h.running for h in self._held.values())
+        return not self._proto.running()
 
     async def _cancel_running(self) -> None:
         """Cancel events first (executors kill their processes and report UNKNOWN, which is
         buffered); tasks that do not return within the grace are cancelled outright."""
-        for h in self._held.values():
-            if h.running:
-                h.cancel.set()
+        for aid in self._proto.running():
+            self._running[aid].cancel.set()
         if await self._wait_until(self._nothing_running, ABORT_GRACE_MS / 1000):
             return
-        tasks = [h.task for h in self._held.values() if h.running and h.task is not None]
+        tasks = [t for aid in self._proto.running() if (t := self._running[aid].task) is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -651,10 +691,15 @@ class WorkerSession:
                 tg.create_task(self._reader(s))
                 tg.create_task(self._ticker(s))
                 tg.create_task(self._pump(s))
-                tg.create_task(self._finisher(s))
                 tg.create_task(self._drain_notice(s))
                 tg.create_task(self._measurer(s))
                 tg.create_task(self._goodbye_when_done(s))
+                # Groups ready to finish (their GroupFinished died with the last stream, or it
+                # came while none was open) are finished now; the rest as events make them ready.
+                self._stream, self._stream_tasks = s, tg
+                self._watch(self._handle(wp.StreamOpened(
+                    round(asyncio.get_running_loop().time() * 1000), s.completion_by_reports,
+                    round(self._heartbeat_interval_s * 1000), round(self._idle_heartbeat_s * 1000)))[1])
         except Exception as exc:
             leaves = list(_leaves(exc))
             if any(not isinstance(e, (_Closed, *_RECONNECTABLE)) for e in leaves):
@@ -672,6 +717,8 @@ class WorkerSession:
                               cause="; ".join(dict.fromkeys(_describe(e) for e in leaves)))
         finally:
             self.connected = False
+            self._stream = self._stream_tasks = None
+            self._handle(wp.StreamClosed())
             s.close()
         return "welcomed" if welcomed else "failed"
 
@@ -683,7 +730,7 @@ class WorkerSession:
             if chars > HELLO_BUFFERED_IDS_CHARS_MAX:
                 break
             buffered.append(entry.attempt_id)
-        owned = sorted(aid for aid, h in self._held.items() if h.running and not h.revoked)
+        owned = list(self._proto.hello_owned())
         return coordinator_pb2.Hello(
             worker_id=self._config.worker_id,
             incarnation=self._state.incarnation,
@@ -722,13 +769,13 @@ class WorkerSession:
                               epoch=welcome.coordinator_epoch, offered=offered)
         self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,
                        heartbeat_interval_ms=interval_ms, outbox_depth=self._state.depth,
-                       held=len(self._held), epoch=welcome.coordinator_epoch)
+                       held=len(self._proto.held), epoch=welcome.coordinator_epoch)
         self.connected = True
         self.welcomed.set()
 
     def _heartbeat(self) -> coordinator_pb2.Heartbeat:
         return coordinator_pb2.Heartbeat(
-            owned_assignment_ids=sorted(aid for aid, h in self._held.items() if not h.revoked),
+            owned_assignment_ids=list(self._proto.owned()),
             running_cells=self._running_cells,
             outbox_depth=self._state.depth,
             degraded=self.degraded,
@@ -739,28 +786,15 @@ class WorkerSession:
         (protocol 4, `idle_heartbeat_interval_ms` in its Welcome), while the worker holds no
         group, only when what it would say changed or the idle interval has passed."""
         loop = asyncio.get_running_loop()
-        last: tuple[Any, ...] | None = None
-        sent_at = loop.time()
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
             reason = await asyncio.to_thread(self._room)
             if reason or not self._outcomes_waiting:
                 self._set_degraded(reason)  # said before a group comes that could not start
-            # A worker that holds groups beats every interval: a frame this recent is what tells
-            # the coordinator that its stream's end is a death, not a silence (issue 11).
-            if self._idle_heartbeat_s > self._heartbeat_interval_s and not self._holds_groups():
-                now = loop.time()
-                said = self._heartbeat_content()
-                if said == last and now - sent_at < self._idle_heartbeat_s:
-                    continue
-                last, sent_at = said, now
-            await s.heartbeat_due()
-
-    def _holds_groups(self) -> bool:
-        return any(not h.revoked for h in self._held.values())
-
-    def _heartbeat_content(self) -> tuple[Any, ...]:
-        return (sorted(aid for aid, h in self._held.items() if not h.revoked), self._running_cells, self.degraded)
+            # Whether to beat is the protocol's (wp.HeartbeatDue): a worker that holds groups
+            # every interval, an idle one only when what it would say changed.
+            if self._proto.handle(wp.HeartbeatDue(round(loop.time() * 1000), self._running_cells, self.degraded)):
+                await s.heartbeat_due()
 
     async def _drain_notice(self, s: _Stream) -> None:
         await self._draining.wait()
@@ -861,55 +895,46 @@ class WorkerSession:
         if not aid:
             plog.error("push without an assignment id ignored")
             return
-        if aid in self._held:
+        attempts = tuple(AttemptId(cell.attempt_id) for cell in push.cells)
+        if not self._handle(wp.PushReceived(aid, push.run_id, attempts))[0]:
             plog.info("repeated push ignored")
             return
         try:
             fresh = await self._state.record_assignment_async(aid, codec.push_record(push))
         except (AssignmentConflict, ValueError) as e:
+            self._handle(wp.AssignmentRecorded(aid, fresh=False))
             plog.error("push refused", problem=str(e))
             return
+        actions, _ = self._handle(wp.AssignmentRecorded(aid, fresh))
         if not fresh:
             plog.info("push of a recorded or finished assignment ignored")
             return
-        held = _Held(aid, push.run_id, cells_left=len(push.cells), cells=len(push.cells))
-        self._held[aid] = held
-        if self._draining.is_set():
-            held.cells_left = 0
-            held.handed_back = True
+        if not any(isinstance(a, wp.StartGroup) for a in actions):
             plog.info("push during drain: handing it back")
-            self._notify()
             return
         plog.debug("assignment received", generation=push.generation, group=push.group_id,
                   cells=len(push.cells), deadline_ms=push.deadline_ms)
-        held.running = True
         assert self._groups is not None, "pushes arrive only while the session runs"
-        held.task = self._groups.create_task(self._run_group(held, push))
+        group = self._running[aid] = _Group()
+        group.task = self._groups.create_task(self._run_group(aid, group, push))
 
     async def _on_revoke(self, revoke: coordinator_pb2.Revoke) -> None:
         aid = AssignmentId(revoke.assignment_id)
-        held = self._held.get(aid)
+        held = self._proto.held.get(aid)
         if held is None:
             self._log.info("revoke of an assignment not held", assignment=aid, reason=revoke.reason)
             return
         self._log.info("assignment revoked", run=held.run_id, assignment=aid, reason=revoke.reason,
                        running=held.running)
-        held.revoked = True
-        held.cancel.set()
-        if not held.running:
-            # Nothing runs it; what it buffered is still delivered (as late evidence).
-            await self._finish_locally(held)
-
-    async def _finish_locally(self, held: _Held) -> None:
-        await self._state.finish_assignment_async(held.assignment_id)
-        if self._held.get(held.assignment_id) is held:
-            del self._held[held.assignment_id]
-        self._notify()
+        # Cancelled; if nothing runs it, finished now (what it buffered is still delivered, as
+        # late evidence), the reader waiting for that commit.
+        for fut in self._handle(wp.RevokeReceived(aid))[1]:
+            await asyncio.shield(fut)
 
     # ---- groups and cells -----------------------------------------------------------------
 
-    async def _run_group(self, held: _Held, push: coordinator_pb2.AssignmentPush) -> None:
-        glog = self._log.bind(run=push.run_id, assignment=held.assignment_id)
+    async def _run_group(self, aid: AssignmentId, group: _Group, push: coordinator_pb2.AssignmentPush) -> None:
+        glog = self._log.bind(run=push.run_id, assignment=aid)
         jobs: list[CellJob] | None = None
         executor: Executor | None = None
         failure = ""
@@ -931,15 +956,16 @@ class WorkerSession:
             async with asyncio.TaskGroup() as tg:
                 for i, cell in enumerate(push.cells):
                     job = jobs[i] if jobs is not None and executor is not None else None
-                    tg.create_task(self._run_cell(held, push, cell, job, executor, failure, environment_failure))
+                    tg.create_task(self._run_cell(aid, group, push, cell, job, executor, failure,
+                                                  environment_failure))
         finally:
-            held.running = False
-            self._notify()
-        glog.debug("group ran", revoked=held.revoked)
-        if held.revoked:
-            await self._finish_locally(held)
+            del self._running[aid]
+            _, finishing = self._handle(wp.GroupRan(aid))  # revoked: finished locally now
+        glog.debug("group ran", revoked=bool(finishing))
+        for fut in finishing:
+            await asyncio.shield(fut)
 
-    async def _run_cell(self, held: _Held, push: coordinator_pb2.AssignmentPush,
+    async def _run_cell(self, aid: AssignmentId, group: _Group, push: coordinator_pb2.AssignmentPush,
                         cell: coordinator_pb2.CellAssignment, job: CellJob | None, executor: Executor | None,
                         failure: str, environment_failure: str) -> None:
         if job is None or executor is None:
@@ -949,13 +975,13 @@ class WorkerSession:
                                  started_ms=at, finished_ms=at, detail=one_line(failure)))
             outcome = CellOutcome(report, ())
         else:
-            await self._wait_for_room(held)
+            await self._wait_for_room(group.cancel)
             self._running_cells += 1
             try:
-                outcome = await executor.run(job, held.cancel)
+                outcome = await executor.run(job, group.cancel)
             finally:
                 self._running_cells -= 1
-        await self._buffer(held, push, cell, outcome)
+        await self._buffer(aid, push, cell, outcome)
 
     def _room(self) -> str:
         """Why a cell's result could not be kept now ("" when it could): too little free space
@@ -980,17 +1006,17 @@ class WorkerSession:
             self.degraded = reason
             self._notify()
 
-    async def _wait_for_room(self, held: _Held) -> None:
+    async def _wait_for_room(self, cancel: CancelEvent) -> None:
         """A cell starts only while its result can be kept; a full disk waits (saying so in the
         heartbeat: the coordinator gives this worker no new work) instead of failing every
         attempt at once, which exhausted a whole run in seconds."""
-        while (reason := await asyncio.to_thread(self._room)) and not held.cancel.is_set():
+        while (reason := await asyncio.to_thread(self._room)) and not cancel.is_set():
             self._set_degraded(reason)
             await asyncio.sleep(ROOM_RECHECK_MS / 1000)
         if not reason:
             self._set_degraded("")
 
-    async def _buffer(self, held: _Held, push: coordinator_pb2.AssignmentPush,
+    async def _buffer(self, aid: AssignmentId, push: coordinator_pb2.AssignmentPush,
                       cell: coordinator_pb2.CellAssignment, outcome: CellOutcome) -> None:
         """Make the outcome durable in the outbox, then delete the attempt's scratch."""
         attempt = AttemptId(cell.attempt_id)
@@ -999,12 +1025,12 @@ class WorkerSession:
         if missing:
             report = dataclasses.replace(report, unavailable=report.unavailable + tuple(missing))
         payload = codec.cell_report_payload(push, cell, report)
-        # In the unsettled set before the entry exists, so its ack can never come first.
-        held.unsettled.add(attempt)
+        # Unsettled before the entry exists, so its ack can never come first.
+        self._handle(wp.CellFinished(aid, attempt))
         full_logged = False
         while True:
             try:
-                await self._state.put_report_async(attempt, held.assignment_id, payload, files)
+                await self._state.put_report_async(attempt, aid, payload, files)
                 break
             except OutboxFull as e:
                 if not full_logged:
@@ -1021,12 +1047,11 @@ class WorkerSession:
                     await asyncio.sleep(ROOM_RECHECK_MS / 1000)
                 finally:
                     self._outcomes_waiting -= 1
-        held.cells_left -= 1
-        self._notify_put()
+        self._handle(wp.ReportStored(aid, attempt))  # the pump delivers it
         scratch = AttemptDirs.of(self._work_root, attempt).root
         if os.path.lexists(scratch):  # an executor that needed no scratch made none: no thread hop
             await asyncio.to_thread(remove_tree, scratch)
-        self._log.debug("outcome buffered", run=push.run_id, assignment=held.assignment_id, attempt=attempt,
+        self._log.debug("outcome buffered", run=push.run_id, assignment=aid, attempt=attempt,
                        status=report.status.name, execution=report.execution.name, files=len(files))
         self._notify()
 
@@ -1075,14 +1100,12 @@ class WorkerSession:
                 # an acknowledged report without its line (operators and tests read it).
                 dlog.debug("report acknowledged", outcome=common_pb2.AckOutcome.Name(ack.outcome))
                 self.reports_acked += 1
-                # Settled by the commit itself, not by this task: a stream cut while the ack
-                # commits cancels the task, and the entry, no longer pending, is never replayed.
-                acked = self._state.ack_queued(entry.attempt_id)  # queued now: before the finish below
-                acked.add_done_callback(lambda f: f.cancelled() or f.exception() or self._settle(entry, dead=False))
-                finished = self._finish_with_ack(s, entry, ack.outcome)
-                await asyncio.shield(acked)
-                if finished is not None:
-                    await asyncio.shield(finished)
+                # The ack's commit, and (protocol 5, the group's last cell) its assignment's
+                # finish queued right behind it, in the same group commit.
+                _, commits = self._handle(wp.ReportAcked(entry.assignment_id, entry.attempt_id,
+                                                         _ACK_KINDS[ack.outcome]))
+                for fut in commits:
+                    await asyncio.shield(fut)
                 return
             if ack.outcome != _REJECTED:
                 raise _ProtocolError(f"report ack with outcome {ack.outcome}")
@@ -1104,53 +1127,12 @@ class WorkerSession:
         plog.warning("coordinator asks to resend later", reason=reason, detail=detail, in_ms=round(delay_ms))
         await asyncio.sleep(delay_ms / 1000)
 
-    def _finish_with_ack(self, s: _Stream, entry: OutboxEntry, outcome: int) -> asyncio.Future[None] | None:
-        """Protocol 5: the ack that completes its assignment by reports finishes it locally, in
-        the outbox's same group commit as the ack (queued right behind it), with no
-        GroupFinished. The finisher does the same later when the group was not yet done
-        running at this ack."""
-        held = self._held.get(entry.assignment_id)
-        if held is None or outcome not in (_ACCEPTED, _DUPLICATE):
-            return None
-        held.counted.add(entry.attempt_id)
-        # Every cell counted means every report is acked and its outbox ack queued ahead of
-        # this finish (one writer, in order): the finish commits with them or after them.
-        if not (s.completion_by_reports and held.completed_by_reports() and not held.revoked
-                and not held.running and not held.finishing):
-            return None
-        held.finishing = True
-        return self._finish_by_reports(held)
-
-    def _finish_by_reports(self, held: _Held) -> asyncio.Future[None]:
-        """Finish `held` locally once the outbox commits it; like an ack, settled by the commit
-        itself, so a stream cut meanwhile changes nothing."""
-        done = self._state.finish_assignment_queued(held.assignment_id)
-
-        def finished(f: asyncio.Future[None]) -> None:
-            held.finishing = False
-            if f.cancelled() or f.exception():
-                return
-            self.groups_finished += 1
-            if self._held.get(held.assignment_id) is held:
-                del self._held[held.assignment_id]
-            self._notify()
-
-        done.add_done_callback(finished)
-        return done
-
-    def _settle(self, entry: OutboxEntry, *, dead: bool) -> None:
-        held = self._held.get(entry.assignment_id)
-        if held is not None:
-            held.unsettled.discard(entry.attempt_id)
-            held.dead += dead
-        self._notify()
-
     async def _dead_letter(self, s: _Stream, entry: OutboxEntry, reason: str) -> None:
         reason = one_line(reason) or "refused"
         if await asyncio.to_thread(self._state.dead_letter, entry.attempt_id, reason):
             self._log.error("report dead-lettered", assignment=entry.assignment_id, attempt=entry.attempt_id,
                             reason=reason)
-        self._settle(entry, dead=True)
+        self._watch(self._handle(wp.ReportDeadLettered(entry.assignment_id, entry.attempt_id))[1])
         await s.send("dead_letter", coordinator_pb2.DeadLetter(attempt_id=entry.attempt_id, reason=reason), ack=False)
 
     async def _ensure_uploaded(self, s: _Stream, entry: OutboxEntry, ref: ArtifactRef) -> None:
@@ -1250,47 +1232,32 @@ class WorkerSession:
 
     # ---- finishing groups -----------------------------------------------------------------
 
-    async def _finisher(self, s: _Stream) -> None:
-        async with asyncio.TaskGroup() as tg:
-            while True:
-                changed = self._changed
-                for held in list(self._held.values()):
-                    if held.ready_to_finish():
-                        held.finishing = True
-                        if s.completion_by_reports and held.completed_by_reports():
-                            tg.create_task(self._await(self._finish_by_reports(held)))
-                        else:
-                            tg.create_task(self._finish_group(s, held))
-                await changed.wait()
-
     @staticmethod
-    async def _await(fut: asyncio.Future[None]) -> None:
+    async def _await(fut: asyncio.Future[Any]) -> None:
         await asyncio.shield(fut)  # a storage error ends the stream's task group (fail-stop)
 
-    async def _finish_group(self, s: _Stream, held: _Held) -> None:
-        flog = self._log.bind(run=held.run_id, assignment=held.assignment_id)
-        reason = held.reason
+    async def _finish_group(self, s: _Stream, aid: AssignmentId, reason: str) -> None:
+        """Send GroupFinished (again while the coordinator asks to resend later); once answered,
+        the protocol finishes the assignment locally."""
+        held = self._proto.held.get(aid)
+        flog = self._log.bind(run=held.run_id if held is not None else "", assignment=aid)
         transient = 0
-        try:
-            while True:
-                ack = await s.request("group_finished",
-                                      coordinator_pb2.GroupFinished(assignment_id=held.assignment_id, reason=reason))
-                if ack.outcome == _REJECTED and ack.rejection in _TRANSIENT:
-                    transient += 1
-                    await self._pause(transient, flog, common_pb2.RejectionReason.Name(ack.rejection), ack.detail)
-                    continue
-                break
-            if ack.outcome == _REJECTED:
-                # The coordinator does not hold this assignment for us (released, expired):
-                # there is nothing left to give back.
-                flog.warning("group finished refused; finishing locally",
-                             rejection=common_pb2.RejectionReason.Name(ack.rejection), detail=ack.detail)
-            else:
-                flog.debug("group finished", reason=reason, outcome=common_pb2.AckOutcome.Name(ack.outcome))
-            self.groups_finished += 1
-            await self._finish_locally(held)
-        finally:
-            held.finishing = False
+        while True:
+            ack = await s.request("group_finished", coordinator_pb2.GroupFinished(assignment_id=aid, reason=reason))
+            if ack.outcome == _REJECTED and ack.rejection in _TRANSIENT:
+                transient += 1
+                await self._pause(transient, flog, common_pb2.RejectionReason.Name(ack.rejection), ack.detail)
+                continue
+            break
+        if ack.outcome == _REJECTED:
+            # The coordinator does not hold this assignment for us (released, expired):
+            # there is nothing left to give back.
+            flog.warning("group finished refused; finishing locally",
+                         rejection=common_pb2.RejectionReason.Name(ack.rejection), detail=ack.detail)
+        else:
+            flog.debug("group finished", reason=reason, outcome=common_pb2.AckOutcome.Name(ack.outcome))
+        for fut in self._handle(wp.GroupFinishedAnswered(aid))[1]:
+            await asyncio.shield(fut)
 
 
 def _usable_files(files: Sequence[Any]) -> tuple[list[tuple[str, Path]], list[ArtifactUnavailable]]:

@@ -22,11 +22,11 @@ import pytest
 
 from coordinator.console import limits
 from tests.integration.consolekit import Http, attr, start_console_coordinator
+from tests.integration.debpkg import install_or_skip
 from tests.integration.harness import FAST_POLICY, INTBENCH, REPO, Cluster, intbench_spec
 
 CHROMIUM = Path("/usr/bin/chromium")
 DRIVER = Path("/usr/bin/chromedriver")
-APT_TIMEOUT_S = 900
 WAIT_S = 40
 ARTIFACTS = Path(os.environ.get("FLEET_CONSOLE_ARTIFACTS") or REPO / ".fleet" / "test-artifacts" / "console")
 DOWN_SH = """#!/bin/sh
@@ -36,21 +36,7 @@ exit 75
 
 
 def browser_or_skip() -> None:
-    if CHROMIUM.exists() and DRIVER.exists():
-        return
-    allowed = os.geteuid() == 0 and (os.environ.get("CI") == "true" or os.environ.get("FLEET_INSTALL_CHROMIUM") == "1")
-    if not allowed:
-        pytest.skip("Chromium or its driver is not installed (/usr/bin/chromium, /usr/bin/chromedriver); as root, "
-                    "set FLEET_INSTALL_CHROMIUM=1 (or CI=true) to let this test run `apt-get install -y chromium "
-                    "chromium-driver`, or install them yourself")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-    if done.returncode != 0:  # stale package lists: refresh them once and try again
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-    assert done.returncode == 0 and CHROMIUM.exists() and DRIVER.exists(), \
-        f"apt-get install chromium chromium-driver failed:\n{done.stderr[-2000:]}"
+    install_or_skip(("chromium", "chromium-driver"), (CHROMIUM, DRIVER))
 
 
 @pytest.fixture(scope="module")

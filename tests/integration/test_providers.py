@@ -136,10 +136,14 @@ def test_an_undeclared_limit_is_found_from_throttling_and_nothing_is_lost(tmp_pa
         print(f"undeclared: {what.splitlines()[0]}; ideal {TASKS * 3 * HOLD_S / LIMIT:.1f}s; effective limit "
               f"{[e for i, e in enumerate(effective) if i == 0 or e != effective[i - 1]]}")
         # Converged: once the provider has throttled, the limit stays near what it admits (a
-        # probe for one more group of 3 cells goes to LIMIT + 3, and is lowered back).
+        # probe for one more group of 3 cells goes to LIMIT + 3, and is lowered back). The first
+        # 429 lowers it to the cells running then, less one, which a slow-started burst can put
+        # above LIMIT + 3 on a loaded machine (seen: 10); the next 429s bring it down.
         after = [p["effective"] for p in fake if p["throttled"]]
         assert after, "the provider never throttled: nothing was learnt"
-        assert all(LIMIT - 2 <= e <= LIMIT + 3 for e in after), f"the effective limit wandered: {after}"
+        settled = after[next((i for i, e in enumerate(after) if e <= LIMIT + 3), len(after)):]
+        assert len(settled) >= len(after) // 2, f"the effective limit took too long to come down: {after}"
+        assert all(LIMIT - 2 <= e <= LIMIT + 3 for e in settled), f"the effective limit wandered: {after}"
     finally:
         cluster.stop_all()
         provider.stop()

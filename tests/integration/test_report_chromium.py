@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.debpkg import install_or_skip
 from tests.integration.harness import FAST_POLICY, INTBENCH, Cluster, intbench_spec
 from tools import fleetctl
 
 CHROMIUM = Path("/usr/bin/chromium")
-APT_TIMEOUT_S = 900
 CHROMIUM_TIMEOUT_S = 90
 GROUPS = 12
 SUBJECTS = ("good", "bad", "slow", "flaky", "down")
@@ -46,19 +46,7 @@ exit 75
 
 
 def chromium_or_skip() -> Path:
-    if CHROMIUM.exists():
-        return CHROMIUM
-    allowed = os.geteuid() == 0 and (os.environ.get("CI") == "true" or os.environ.get("FLEET_INSTALL_CHROMIUM") == "1")
-    if not allowed:
-        pytest.skip("Chromium is not installed (/usr/bin/chromium); as root, set FLEET_INSTALL_CHROMIUM=1 (or CI=true) "
-                    "to let this test run `apt-get install -y chromium`, or install it yourself")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-    if done.returncode != 0:  # stale package lists: refresh them once and try again
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-    assert done.returncode == 0 and CHROMIUM.exists(), f"apt-get install chromium failed:\n{done.stderr[-2000:]}"
+    install_or_skip(("chromium",), (CHROMIUM,))
     return CHROMIUM
 
 

@@ -270,7 +270,7 @@ def test_fleetctl_local_runs_the_conversion_with_the_original_bench_root_and_pol
     (bench / "policy.json").write_text("{}")
     seen = {}
 
-    def fake_run_local(spec_path, workers, slots, data, bench_root, policy, html=None, order_from=""):
+    def fake_run_local(spec_path, workers, slots, data, bench_root, policy, html=None, order_from="", **_kw):
         seen.update(spec=spec_path, bench_root=bench_root, policy=policy, data=data)
         return 0
 

@@ -24,6 +24,9 @@ Rules (worker/session.py's rules 1, 4 and 5, decided here):
    stream while its first ack was committing) counts its cell once.
 5. A GroupFinished is sent only on an open stream, and dies with it: the next stream sends it
    again. A finish by commit does not depend on a stream.
+6. A coordinator restored from a backup (a new epoch) lost what it acknowledged after the
+   backup: the reports the outbox puts back as offers (`ReportsOffered`) are unsettled again
+   and no longer counted, so a group is not finished on acks of an epoch that is gone.
 
 An event that names an assignment not held changes nothing and returns no action: the shell
 logs it if it cares. A bug (an event the protocol's own actions rule out) is an assertion.
@@ -39,7 +42,7 @@ __all__ = [
     "AckKind", "Action", "AckCommitted", "AssignmentFinished", "AssignmentRecorded", "CancelGroup",
     "CellFinished", "CommitAck", "DeliverReport", "DrainStarted", "Event", "FinishAssignment",
     "FinishBy", "GroupFinishedAnswered", "GroupRan", "HeartbeatDue", "Held", "OrphanAdopted",
-    "PushReceived", "RecordAssignment", "ReportAcked", "ReportDeadLettered", "ReportStored",
+    "PushReceived", "RecordAssignment", "ReportAcked", "ReportDeadLettered", "ReportStored", "ReportsOffered",
     "RevokeReceived", "SendGroupFinished", "SendHeartbeat", "StartGroup", "StoreReport",
     "StreamClosed", "StreamOpened", "WorkerProtocol",
 ]
@@ -139,6 +142,13 @@ class ReportDeadLettered:
 
 
 @dataclass(frozen=True, slots=True)
+class ReportsOffered:
+    """A new coordinator epoch: the outbox put these acknowledged reports back, to offer again."""
+
+    entries: tuple[tuple[AssignmentId, AttemptId], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RevokeReceived:
     assignment_id: AssignmentId
 
@@ -190,7 +200,7 @@ class HeartbeatDue:
 
 
 Event = (PushReceived | AssignmentRecorded | OrphanAdopted | CellFinished | ReportStored | GroupRan | ReportAcked
-         | AckCommitted | ReportDeadLettered | RevokeReceived | GroupFinishedAnswered | AssignmentFinished
+         | AckCommitted | ReportDeadLettered | ReportsOffered | RevokeReceived | GroupFinishedAnswered | AssignmentFinished
          | StreamOpened | StreamClosed | DrainStarted | HeartbeatDue)
 
 
@@ -330,6 +340,7 @@ class WorkerProtocol:
             ReportAcked: self._report_acked,
             AckCommitted: self._ack_committed,
             ReportDeadLettered: self._dead_lettered,
+            ReportsOffered: self._reports_offered,
             RevokeReceived: self._revoke_received,
             GroupFinishedAnswered: self._group_finished_answered,
             AssignmentFinished: self._assignment_finished,
@@ -433,6 +444,14 @@ class WorkerProtocol:
             del held.unsettled[attempt_id]
         held.dead += dead
         return self._finish_if_ready(held)
+
+    def _reports_offered(self, e: ReportsOffered) -> list[Action]:
+        for aid, attempt_id in e.entries:
+            held = self.held.get(aid)
+            if held is not None and held.finishing is not _Finishing.COMMIT:
+                held.counted.pop(attempt_id, None)
+                held.unsettled[attempt_id] = None
+        return []
 
     def _revoke_received(self, e: RevokeReceived) -> list[Action]:
         held = self.held.get(e.assignment_id)

@@ -765,6 +765,10 @@ class WorkerSession:
         offered = await asyncio.to_thread(self._state.begin_epoch, welcome.coordinator_epoch)
         self._offer_below = self._state.offer_below_seq
         if offered:
+            # Acks of the epoch that is gone no longer finish a held group (protocol rule 6).
+            self._handle(wp.ReportsOffered(tuple(
+                (e.assignment_id, e.attempt_id) for e in self._pending_entries()
+                if e.seq < self._offer_below and e.assignment_id in self._proto.held)))
             self._log.warning("coordinator restored from a backup: offering again the reports it acknowledged",
                               epoch=welcome.coordinator_epoch, offered=offered)
         self._log.info("session open", stream=s.number, coordinator_incarnation=welcome.coordinator_incarnation,

@@ -173,3 +173,22 @@ def test_heartbeats_every_interval_while_holding_groups_and_when_idle_only_on_ch
     every = wp.WorkerProtocol()
     every.handle(wp.StreamOpened(0, heartbeat_interval_ms=1_000))
     assert every.handle(wp.HeartbeatDue(1_000)) == every.handle(wp.HeartbeatDue(2_000)) == [wp.SendHeartbeat(())]
+
+
+def test_after_a_restore_the_reports_offered_again_must_be_acked_again_before_the_group_finishes() -> None:
+    """`--seed 2 --faults restore` found it: T1 acked in the old epoch, T2's ack lost with the
+    restore; T2 acked after it must not finish the group while T1's offer is unanswered."""
+    p = wp.WorkerProtocol()
+    opened(p, by_reports=True)
+    started(p)
+    stored(p, T1, T2)
+    p.handle(wp.GroupRan(A))
+    p.handle(wp.ReportAcked(A, T1, wp.AckKind.ACCEPTED))
+    p.handle(wp.AckCommitted(A, T1))
+    p.handle(wp.StreamClosed())
+    assert p.handle(wp.ReportsOffered(((A, T1),))) == []
+    assert opened(p, by_reports=True) == []
+    assert p.handle(wp.ReportAcked(A, T2, wp.AckKind.DUPLICATE)) == [wp.CommitAck(A, T2)], "T1 is unanswered"
+    assert p.handle(wp.AckCommitted(A, T2)) == []
+    assert p.handle(wp.ReportAcked(A, T1, wp.AckKind.ACCEPTED)) == [
+        wp.CommitAck(A, T1), wp.FinishAssignment(A, wp.FinishBy.REPORTS)]

@@ -2,10 +2,19 @@
 Run it with `python -m tools.sim` (tools/sim/cli.py says how).
 
 A seed fixes everything: the scenario, the fault rates, every drop and every outcome, so the
-same seed prints byte-identical output and a failure replays exactly. Workers here are models
-of the real worker's protocol (durable outbox, reconnect with hello, heartbeats listing what
-they own, group finished after their reports are acknowledged); the coordinator is the real
-`step` with a log of durable commands, restarted by replaying that log through the core.
+same seed prints byte-identical output and a failure replays exactly. Both sides are the real
+code: the coordinator is the real `step` with a log of durable commands, restarted by replaying
+that log through the core; each worker is the real worker protocol (worker/protocol.py: its held
+groups, what each may do next, its hello and heartbeats), a new one per process, driven here as
+worker/session.py drives it, around a model of the shell's I/O (an outbox whose commits are
+immediate, cells that run for a drawn time, uploads as one frame). After each of its steps the
+worker's rules are checked (`worker_problems`): an assignment finished while a report of it waits
+unacknowledged is a failure of the seed, as any of the core's invariants is.
+
+The network loses frames on a live stream, which a gRPC stream never does (there a loss is a
+broken stream, and the next stream replays): the shell's model sends an unacknowledged report or
+GroupFinished again after RESEND_MS instead, and every ack that comes reaches the protocol (a
+resent report is acknowledged twice: the protocol must count it once).
 
 Two ways a worker goes away are told apart, as the real servicer tells them apart: a crashed
 process's kernel closes its socket at once (the coordinator sees the stream end, and the core's
@@ -39,6 +48,7 @@ from coordinator.core.effects import Emit, EndSession, OfferRun, OutcomeKind, Pu
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import WorkerStatus, counted_attempts, durable_fingerprint
 from tools.sim.invariants import provider_step_problems
+from worker import protocol as wp
 
 TICK_MS = 250
 HEARTBEAT_MS = 1_000
@@ -218,23 +228,24 @@ class Faults:
         )
 
 
-@dataclass
-class SimAssignment:
-    push: PushAssignment
-    pending: dict[str, int] = field(default_factory=dict)  # attempt id -> event token
-    reported: dict[str, None] = field(default_factory=dict)
-    running: bool = True  # False once orphaned by a crash or revoked
+_ACK_KINDS = {OutcomeKind.ACCEPTED: wp.AckKind.ACCEPTED, OutcomeKind.DUPLICATE: wp.AckKind.DUPLICATE,
+              OutcomeKind.LATE: wp.AckKind.LATE}
 
 
 @dataclass
 class SimWorker:
+    """One simulated worker: its process (`proto`, the real worker protocol, new at every start),
+    its state dir (what survives a crash) and its stream."""
+
     worker_id: WorkerId
     slots: int
     incarnation: int = 1
     alive: bool = True
     connected: bool = False
     partitioned: bool = False
-    assignments: dict[str, SimAssignment] = field(default_factory=dict)
+    proto: wp.WorkerProtocol = field(default_factory=wp.WorkerProtocol)
+    # The state dir: recorded assignments not yet finished, finished ones, the outbox.
+    records: dict[str, PushAssignment] = field(default_factory=dict)
     finished: dict[str, None] = field(default_factory=dict)  # assignment ids done for good
     outbox: dict[str, tuple[str, int, Report]] = field(default_factory=dict)  # attempt -> (asg, gen, report)
     # Acknowledged reports kept for a restore (durable, as the outbox), the coordinator epoch
@@ -242,13 +253,19 @@ class SimWorker:
     kept: dict[str, tuple[str, int, Report]] = field(default_factory=dict)
     seen_epoch: str = ""
     offered: dict[str, None] = field(default_factory=dict)
-    welcomed: int = 0  # the stream (conn) whose welcome came: the outbox goes out only after it
     uploaded: dict[str, None] = field(default_factory=dict)  # digests acknowledged as stored
+    # The process: cells running per assignment (attempt id -> event token), reports computed
+    # and not yet stored, pushes being recorded.
+    cells: dict[str, dict[str, int]] = field(default_factory=dict)
+    outcomes: dict[str, Report] = field(default_factory=dict)
+    pushes: dict[str, PushAssignment] = field(default_factory=dict)
+    # The stream: which stream's welcome came (the outbox goes out only after it), GroupFinished
+    # frames awaiting their answer, when each unacknowledged frame was last sent.
+    welcomed: int = 0
+    finishing: dict[str, str] = field(default_factory=dict)  # assignment id -> reason
     sent_at: dict[str, int] = field(default_factory=dict)  # outbox key -> last send time
     epoch: int = 0  # bumps on crash: stale timers of the dead process are ignored
     conn: int = 0  # bumps on every connect: which stream a hello came on
-    said: tuple | None = None  # what its last heartbeat on this stream said (None: none yet)
-    said_at: int = 0
 
 
 class Simulation:
@@ -476,9 +493,8 @@ class Simulation:
             a = self.state.assignments.get(e.subject)
             if a is None or not self.protected_worker(a.worker_id):
                 continue
-            sa = self.workers[a.worker_id].assignments.get(e.subject)
-            if e.detail == "group deadline exceeded" and (
-                    (sa is not None and sa.running and sa.pending) or any(t in self.straggled for t in a.attempts)):
+            running = self.workers[a.worker_id].cells.get(e.subject)
+            if e.detail == "group deadline exceeded" and (running or any(t in self.straggled for t in a.attempts)):
                 continue  # its cells really ran past the deadline (the straggler fault): not the stall's doing
             self.stall_failure(f"assignment {e.subject} of {a.worker_id}, alive and connected throughout a "
                                f"stall, superseded ({e.detail}) after {type(cmd).__name__}: its cells run twice")
@@ -514,7 +530,7 @@ class Simulation:
                 w = self.workers[e.worker_id]
                 if w.connected:  # as the servicer cuts it: the worker reconnects and says hello
                     self.note(f"coord cut {e.worker_id}'s session: {e.reason}")
-                    w.connected = False
+                    self.disconnect(w)
                     self.at(self.now + RECONNECT_MS, "reconnect", e.worker_id, w.epoch)
             elif isinstance(e, Emit):
                 if e.event in ("cell_retryable",):
@@ -545,7 +561,7 @@ class Simulation:
                 # The servicer cuts a session whose worker must register again (its hello
                 # was lost, or it expired meanwhile): the worker reconnects and says hello.
                 self.note(f"coord cut {wid}'s session: {out.rejection.name}")
-                w.connected = False
+                self.disconnect(w)
                 self.at(self.now + RECONNECT_MS, "reconnect", wid, w.epoch)
         elif kind == "measured":
             _, incarnation, run_id, measured = frame
@@ -601,7 +617,7 @@ class Simulation:
         self.coordinator_up = False
         self.restarts += 1
         for w in self.workers.values():
-            w.connected = False
+            self.disconnect(w)
         self.note("coord crashed")
         state = new_state()
         for cmd in self.log:
@@ -613,6 +629,81 @@ class Simulation:
         self.at(self.now + self.rng.randint(1_000, 5_000), "coord_up")
 
     # --- workers ----------------------------------------------------------------------------
+    def worker_step(self, w: SimWorker, event: wp.Event) -> None:
+        """Feed one fact to the worker's protocol and carry out its actions in order, as
+        worker/session.py does (`_handle`, `_act`), with the outbox's commits immediate."""
+        for action in w.proto.handle(event):
+            if isinstance(action, wp.RecordAssignment):
+                aid = action.assignment_id
+                push = w.pushes.pop(aid)
+                fresh = aid not in w.records and aid not in w.finished
+                if fresh:
+                    w.records[aid] = push
+                self.worker_step(w, wp.AssignmentRecorded(aid, fresh))
+            elif isinstance(action, wp.StartGroup):
+                self.start_group(w, w.records[action.assignment_id])
+            elif isinstance(action, wp.CancelGroup):
+                cells = w.cells.pop(action.assignment_id, None)
+                if cells is not None:  # the executors kill the cells at once
+                    self.provider_release(cells)
+                    self.note(f"{w.worker_id} stops {action.assignment_id}")
+                    self.worker_step(w, wp.GroupRan(action.assignment_id))
+            elif isinstance(action, wp.StoreReport):
+                push = w.records[action.assignment_id]
+                report = w.outcomes.pop(action.attempt_id)
+                w.outbox[action.attempt_id] = (action.assignment_id, push.generation, report)
+                self.worker_step(w, wp.ReportStored(action.assignment_id, action.attempt_id))
+            elif isinstance(action, wp.DeliverReport):
+                self.flush(w, force=True)
+            elif isinstance(action, wp.CommitAck):
+                entry = w.outbox.pop(action.attempt_id, None)
+                if entry is not None:
+                    if self.keep_acknowledged:
+                        w.kept[action.attempt_id] = entry
+                    w.offered.pop(action.attempt_id, None)
+                    w.sent_at.pop(action.attempt_id, None)
+                self.worker_step(w, wp.AckCommitted(action.assignment_id, action.attempt_id))
+            elif isinstance(action, wp.SendGroupFinished):
+                w.finishing[action.assignment_id] = action.reason
+                w.sent_at["finish:" + action.assignment_id] = self.now
+                self.send_to_coordinator(w, ("finished", action.assignment_id))
+            elif isinstance(action, wp.FinishAssignment):
+                if self.check:
+                    bad = self.worker_problems(w, action)
+                    if bad:
+                        self.fail(bad)
+                w.records.pop(action.assignment_id, None)
+                w.finished[action.assignment_id] = None
+                self.worker_step(w, wp.AssignmentFinished(action.assignment_id))
+            elif isinstance(action, wp.SendHeartbeat):
+                self.send_to_coordinator(w, ("heartbeat", action.owned))
+            else:
+                raise AssertionError(action)
+
+    def worker_problems(self, w: SimWorker, finish: wp.FinishAssignment) -> str:
+        """The worker's rule 5 (worker/session.py): an assignment is finished, other than by a
+        revoke, only once every report of it was acknowledged."""
+        if finish.by is wp.FinishBy.REVOKE:
+            return ""
+        waiting = [t for t, (asg, _, _) in w.outbox.items() if asg == finish.assignment_id]
+        if waiting:
+            return (f"worker {w.worker_id} finished {finish.assignment_id} ({finish.by.value}) while the report "
+                    f"of {waiting[0]} waits unacknowledged in its outbox")
+        return ""
+
+    def adopt_orphans(self, w: SimWorker) -> None:
+        """A new process: what the state dir recorded and never finished is handed back."""
+        for aid, push in w.records.items():
+            buffered = tuple(t for t, (asg, _, _) in w.outbox.items() if asg == aid)
+            self.worker_step(w, wp.OrphanAdopted(aid, push.run_id, buffered))
+
+    def disconnect(self, w: SimWorker) -> None:
+        """The worker's stream ends (whoever noticed): what was on it dies with it."""
+        if w.connected:
+            w.connected = False
+            w.finishing.clear()
+            self.worker_step(w, wp.StreamClosed())
+
     def connect(self, w: SimWorker) -> None:
         if not w.alive or w.connected:
             return
@@ -621,23 +712,17 @@ class Simulation:
             return
         w.connected = True
         w.conn += 1
-        w.said = None
-        owned = tuple(a for a, sa in w.assignments.items() if sa.running)
+        owned = w.proto.hello_owned()
         buffered = tuple(w.outbox)
         self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered, w.conn))
-        if self.extra.restore_ms == (0, 0):
-            self.flush(w, force=True)
-        else:
-            # As the real worker: the outbox goes out after the welcome (its epoch decides what
-            # is an offer), and a stream whose welcome does not come is given up for another.
-            self.at(self.now + WELCOME_TIMEOUT_MS, "welcome_due", w.worker_id, w.epoch, w.conn)
-
-    def owned(self, w: SimWorker) -> tuple:
-        return tuple(w.assignments)
+        # As the real worker: the outbox goes out after the welcome (its epoch decides what is an
+        # offer), and a stream whose welcome does not come is given up for another.
+        self.at(self.now + WELCOME_TIMEOUT_MS, "welcome_due", w.worker_id, w.epoch, w.conn)
 
     def flush(self, w: SimWorker, *, force: bool = False) -> None:
-        """Send what waits in the outbox: uploads first, then their reports, then finishes."""
-        if self.extra.restore_ms != (0, 0) and w.welcomed != w.conn:
+        """Send what waits in the outbox: uploads first, then their reports; then GroupFinished
+        frames not yet answered. `force` false: only what was sent RESEND_MS ago or more."""
+        if w.welcomed != w.conn:
             return  # as the real worker: nothing before the welcome (its epoch decides what is an offer)
         for attempt_id, (asg, gen, report) in list(w.outbox.items()):
             if not force and self.now - w.sent_at.get(attempt_id, -RESEND_MS) < RESEND_MS:
@@ -649,63 +734,58 @@ class Simulation:
                     self.send_to_coordinator(w, ("upload", a.digest, a.size_bytes))
             else:
                 self.send_to_coordinator(w, ("report", attempt_id, asg, gen, report, attempt_id in w.offered))
-        for aid, sa in list(w.assignments.items()):
-            if self.done_with(w, sa):
-                key = "finish:" + aid
-                if force or self.now - w.sent_at.get(key, -RESEND_MS) >= RESEND_MS:
-                    w.sent_at[key] = self.now
-                    self.send_to_coordinator(w, ("finished", aid))
+        for aid in list(w.finishing):
+            key = "finish:" + aid
+            if force or self.now - w.sent_at.get(key, -RESEND_MS) >= RESEND_MS:
+                w.sent_at[key] = self.now
+                self.send_to_coordinator(w, ("finished", aid))
 
-    def done_with(self, w: SimWorker, sa: SimAssignment) -> bool:
-        if sa.pending and sa.running:
-            return False
-        return not any(w.outbox.get(t) for t in sa.reported if t in w.outbox)
+    def start_group(self, w: SimWorker, push: PushAssignment) -> None:
+        """The executors start every cell of the push; each ends at its drawn time (`cell_done`)."""
+        cells = w.cells[push.assignment_id] = {}
+        self.note(f"{w.worker_id} runs {push.assignment_id} ({len(push.cells)} cells)")
+        for cd in push.cells:
+            if self.providers and not self.admit(cd.attempt_id, cd.subject_id):
+                answer_ms = random.Random(f"{self.seed}:{cd.attempt_id}:answer").randint(
+                    THROTTLE_ANSWER_MS_MIN, THROTTLE_ANSWER_MS_MAX)
+                cells[cd.attempt_id] = self.at(self.now + answer_ms, "cell_done", w.worker_id, w.epoch,
+                                               push.assignment_id, cd.attempt_id)
+                continue
+            duration = (self.extra_rng.randint(BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX)
+                        if self.blackholed(w) else self.duration(cd.attempt_id))
+            cells[cd.attempt_id] = self.at(self.now + duration, "cell_done",
+                                           w.worker_id, w.epoch, push.assignment_id, cd.attempt_id)
 
     def worker_frame(self, w: SimWorker, frame: tuple) -> None:
         kind = frame[0]
         if kind == "push":
             push: PushAssignment = frame[1]
-            if push.assignment_id in w.assignments or push.assignment_id in w.finished:
-                return  # a repeat of a push we already hold: pushes are idempotent
-            sa = SimAssignment(push)
-            w.assignments[push.assignment_id] = sa
-            self.note(f"{w.worker_id} runs {push.assignment_id} ({len(push.cells)} cells)")
-            for cd in push.cells:
-                if self.providers and not self.admit(cd.attempt_id, cd.subject_id):
-                    answer_ms = random.Random(f"{self.seed}:{cd.attempt_id}:answer").randint(
-                        THROTTLE_ANSWER_MS_MIN, THROTTLE_ANSWER_MS_MAX)
-                    sa.pending[cd.attempt_id] = self.at(self.now + answer_ms, "cell_done", w.worker_id, w.epoch,
-                                                        push.assignment_id, cd.attempt_id)
-                    continue
-                duration = (self.extra_rng.randint(BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX)
-                            if self.blackholed(w) else self.duration(cd.attempt_id))
-                sa.pending[cd.attempt_id] = self.at(self.now + duration, "cell_done",
-                                                    w.worker_id, w.epoch, push.assignment_id, cd.attempt_id)
+            w.pushes[push.assignment_id] = push
+            self.worker_step(w, wp.PushReceived(push.assignment_id, push.run_id,
+                                                tuple(cd.attempt_id for cd in push.cells)))
+            w.pushes.pop(push.assignment_id, None)  # ignored: held, or being recorded
         elif kind == "revoke":
-            sa = w.assignments.get(frame[1])
-            if sa is not None:
-                sa.running = False
-                self.provider_release(sa.pending)
-                sa.pending.clear()
-                self.note(f"{w.worker_id} stops {frame[1]}")
+            if frame[1] in w.proto.held:
+                self.worker_step(w, wp.RevokeReceived(frame[1]))
                 self.flush(w, force=True)
         elif kind == "upload_ack":
             if frame[1] not in w.uploaded:
                 w.uploaded[frame[1]] = None
                 self.flush(w, force=True)
         elif kind == "report_ack":
-            attempt_id = frame[1]
-            entry = w.outbox.pop(attempt_id, None)
-            if entry is not None:
-                if self.keep_acknowledged:
-                    w.kept[attempt_id] = entry
-                w.offered.pop(attempt_id, None)
-                w.sent_at.pop(attempt_id, None)
+            # Every ack reaches the protocol, a second one of a resent report too.
+            attempt_id, outcome = frame[1], frame[2]
+            entry = w.outbox.get(attempt_id) or w.kept.get(attempt_id)
+            if entry is None:
+                return  # acknowledged before and not kept: nothing names its assignment
+            pending = attempt_id in w.outbox
+            self.worker_step(w, wp.ReportAcked(entry[0], attempt_id, _ACK_KINDS[outcome]))
+            if pending:
                 self.flush(w, force=True)
         elif kind == "finished_ack":
             aid = frame[1]
-            if w.assignments.pop(aid, None) is not None:
-                w.finished[aid] = None
+            if w.finishing.pop(aid, None) is not None:
+                self.worker_step(w, wp.GroupFinishedAnswered(aid))
         elif kind == "offer":
             # A worker of the right build: the submitter's values, and its own tool digest.
             _, run_id, keys = frame
@@ -724,8 +804,12 @@ class Simulation:
                 w.offered = dict.fromkeys(w.outbox)
                 w.uploaded = {}
                 self.note(f"{w.worker_id} sees epoch {epoch}: offers {len(w.offered)} reports again")
-            if self.extra.restore_ms != (0, 0):
-                self.flush(w, force=True)
+                self.worker_step(w, wp.ReportsOffered(tuple((w.outbox[t][0], t) for t in w.offered)))
+            # The coordinator speaks protocol 5: a group acknowledged in full needs no GroupFinished.
+            self.worker_step(w, wp.StreamOpened(self.now, completion_by_reports=True,
+                                                heartbeat_interval_ms=HEARTBEAT_MS,
+                                                idle_heartbeat_ms=IDLE_HEARTBEAT_INTERVAL_MS))
+            self.flush(w, force=True)
 
     def duration(self, attempt_id: str) -> int:
         rng = self.attempt_rng(attempt_id, "duration")
@@ -737,37 +821,33 @@ class Simulation:
         return base
 
     def cell_done(self, w: SimWorker, assignment_id: str, attempt_id: str) -> None:
-        sa = w.assignments.get(assignment_id)
-        if sa is None or attempt_id not in sa.pending:
+        cells = w.cells.get(assignment_id)
+        if cells is None or attempt_id not in cells:
             return
-        del sa.pending[attempt_id]
+        del cells[attempt_id]
         if attempt_id in self.throttle_answers:
             report = self.throttled_report(attempt_id)
-            sa.reported[attempt_id] = None
-            w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
-            self.flush(w, force=True)
-            return
-        if self.blackholed(w):
+        elif self.blackholed(w):
             self.provider_release((attempt_id,))
             self.blackhole_attempts[attempt_id] = None
             self.extra_stats["blackhole_failures"] += 1
-            sa.reported[attempt_id] = None
-            w.outbox[attempt_id] = (assignment_id, sa.push.generation, self.blackhole_report(attempt_id))
-            self.flush(w, force=True)
-            return
-        if self.straggler_pending and self.faulty():
+            report = self.blackhole_report(attempt_id)
+        elif self.straggler_pending and self.faulty():
             # This cell hangs past the group deadline while the worker keeps heartbeating.
             self.straggler_pending = False
             self.straggled[attempt_id] = None
             self.note(f"{w.worker_id} straggles on {attempt_id}")
-            sa.pending[attempt_id] = self.at(self.now + 90_000, "cell_done", w.worker_id, w.epoch,
-                                             assignment_id, attempt_id)
+            cells[attempt_id] = self.at(self.now + 90_000, "cell_done", w.worker_id, w.epoch,
+                                        assignment_id, attempt_id)
             return
-        self.provider_release((attempt_id,))
-        report = self.outcome(attempt_id)
-        sa.reported[attempt_id] = None
-        w.outbox[attempt_id] = (assignment_id, sa.push.generation, report)
-        self.flush(w, force=True)
+        else:
+            self.provider_release((attempt_id,))
+            report = self.outcome(attempt_id)
+        w.outcomes[attempt_id] = report
+        self.worker_step(w, wp.CellFinished(assignment_id, attempt_id))
+        if not cells:
+            del w.cells[assignment_id]
+            self.worker_step(w, wp.GroupRan(assignment_id))
 
     def outcome(self, attempt_id: str) -> Report:
         f, rng = self.faults, self.attempt_rng(attempt_id, "outcome")
@@ -863,12 +943,12 @@ class Simulation:
         """Process death: running cells die; the durable outbox and assignment records stay."""
         self.stats["worker_crashes"] += 1
         w.alive = False
-        w.connected = False
+        self.disconnect(w)
         w.epoch += 1
-        for sa in w.assignments.values():
-            sa.running = False
-            self.provider_release(sa.pending)
-            sa.pending.clear()
+        for cells in w.cells.values():
+            self.provider_release(cells)
+        # What lived in the process dies with it; the state dir stays.
+        w.proto, w.cells, w.outcomes, w.pushes, w.sent_at = wp.WorkerProtocol(), {}, {}, {}, {}
         self.note(f"{w.worker_id} crashed")
         self.at(self.now + self.rng.randint(2_000, 10_000), "worker_up", w.worker_id)
 
@@ -975,10 +1055,8 @@ class Simulation:
                 if epoch != w.epoch:
                     continue
                 if w.connected:
-                    said = tuple(a for a, sa in w.assignments.items() if sa.running)
-                    if said or said != w.said or self.now - w.said_at >= IDLE_HEARTBEAT_INTERVAL_MS:
-                        w.said, w.said_at = said, self.now
-                        self.send_to_coordinator(w, ("heartbeat", said))
+                    running = sum(len(cells) for cells in w.cells.values())
+                    self.worker_step(w, wp.HeartbeatDue(self.now, running))
                     self.flush(w)
                 self.at(self.now + HEARTBEAT_MS, "heartbeat", wid, epoch)
             elif kind == "cell_done":
@@ -1006,7 +1084,7 @@ class Simulation:
                 # The keepalive noticed the silence: to the servicer, a stream that ended.
                 w = self.workers[args[0]]
                 if w.connected and w.partitioned:
-                    w.connected = False
+                    self.disconnect(w)
                     if self.coordinator_up:
                         self.apply(c.WorkerStreamEnded(self.now, w.worker_id, self.quiet_ms(w.worker_id)))
                     self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
@@ -1014,7 +1092,7 @@ class Simulation:
                 w = self.workers[args[0]]
                 if w.alive and w.connected and not w.partitioned:
                     self.note(f"{w.worker_id} stream reset")
-                    w.connected = False  # frames in flight on the reset stream are dropped
+                    self.disconnect(w)  # frames in flight on the reset stream are dropped
                     self.unprotect(w.worker_id)
                     self.restore_disturbed(w.worker_id)
                     if self.frozen:
@@ -1041,6 +1119,7 @@ class Simulation:
                 w.alive = True
                 w.incarnation += 1
                 self.note(f"{w.worker_id} restarted as incarnation {w.incarnation}")
+                self.adopt_orphans(w)
                 self.connect(w)
                 self.at(self.now + HEARTBEAT_MS, "heartbeat", w.worker_id, w.epoch)
             elif kind == "coord_crash":
@@ -1085,7 +1164,7 @@ class Simulation:
                 w = self.workers[args[0]]
                 if w.epoch == args[1] and w.conn == args[2] and w.connected and w.welcomed != w.conn:
                     self.note(f"{w.worker_id} got no welcome: reconnects")
-                    w.connected = False
+                    self.disconnect(w)
                     self.restore_disturbed(w.worker_id)
                     self.at(self.now + RECONNECT_MS, "reconnect", w.worker_id, w.epoch)
             elif kind == "backup":
@@ -1128,7 +1207,7 @@ class Simulation:
         self.coordinator_up = False
         self.restarts += 1
         for w in self.workers.values():
-            w.connected = False
+            self.disconnect(w)
         self.issued_before_restore.update(dict.fromkeys(self.state.attempts))
         lost = self.log[self.backup_len:]
         self.log = self.log[:self.backup_len]

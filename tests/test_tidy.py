@@ -340,6 +340,31 @@ def test_core_walk_finds_direct_transitive_and_disguised_imports(tmp_path):
     assert not any("json" in p for p in problems)
 
 
+# The worker's protocol (worker/protocol.py, the held groups and what each does next) is held to
+# the core's rule: the asyncio shell (worker/session.py) and the simulation drive it, so it may
+# reach no I/O, clock, thread or generated code, directly or through what it imports.
+WORKER_PROTOCOL = ["worker.protocol"]
+
+
+def test_worker_protocol_imports_nothing_impure():
+    assert module_path(ROOT, "worker.protocol") is not None
+    assert core_import_violations(ROOT, WORKER_PROTOCOL, CORE_FORBIDDEN) == []
+
+
+def test_worker_protocol_walk_fails_on_planted_violations(tmp_path):
+    _plant(tmp_path, {
+        "worker/__init__.py": "",
+        "worker/protocol.py": "from common.ids import AttemptId\nfrom worker import outbox\nimport asyncio\n",
+        "worker/outbox.py": "import lmdb\n",
+        "common/__init__.py": "",
+        "common/ids.py": "import hashlib\n",
+    })
+    assert core_import_violations(tmp_path, WORKER_PROTOCOL, CORE_FORBIDDEN) == [
+        "worker.outbox:1 imports lmdb (reached via worker.protocol)",
+        "worker.protocol:3 imports asyncio",
+    ]
+
+
 # ---- (d) layering ---------------------------------------------------------------------------
 
 def test_layers_import_only_downward():

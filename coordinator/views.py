@@ -220,7 +220,8 @@ def _cell_proto(state: State, v: SelectedResult | IncompleteCell) -> admin_pb2.C
         state="selected", score=v.score, status=pr.status, attempt_id=v.attempt_id, worker_id=v.worker_id,
         assignment_id=v.assignment_id, generation=v.generation, dispatch_order=v.dispatch_order,
         usage=pr.usage, attempts=v.attempts, artifacts=pr.artifacts, unavailable=pr.unavailable,
-        executions=v.executions, extra_execution_cost_usd=round(v.extra_execution_cost_usd, 9))
+        executions=v.executions, extra_execution_cost_usd=round(v.extra_execution_cost_usd, 9),
+        recovered=state.attempts[v.attempt_id].recovered)
     if report.cost_usd is not None:
         cell.cost_usd = report.cost_usd
     if report.started_ms:

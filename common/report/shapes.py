@@ -73,6 +73,8 @@ def results_json(resp: Any) -> dict:
             # Attempts whose subject ran (late ones too), and the known cost of all but the one
             # that counts: work paid for more than once.
             "executions": cell.executions, "extra_execution_cost_usd": cell.extra_execution_cost_usd,
+            # Recovered from the worker that kept it after a restore lost it (issue 23).
+            "recovered_after_restore": cell.recovered,
         })
     s = resp.summary
     return {"cells": cells, "summary": {
@@ -94,7 +96,8 @@ def paid_twice(cells: list[dict]) -> dict:
     """The cells executed more than once among `cells`, and the known cost of their extra
     executions (summed per cell: a listing in pages adds its pages up, results_out.py)."""
     return {"executed_more_than_once": sum(1 for c in cells if c["executions"] > 1),
-            "extra_execution_cost_usd": round(sum(c["extra_execution_cost_usd"] for c in cells), 9)}
+            "extra_execution_cost_usd": round(sum(c["extra_execution_cost_usd"] for c in cells), 9),
+            "recovered_after_restore": sum(1 for c in cells if c.get("recovered_after_restore"))}
 
 def status_json(resp: Any) -> dict:
     return {

@@ -87,6 +87,8 @@ def restore_mid_run(tmp_path: Path, *, restart_workers: bool) -> None:
         assert again == {}, f"cells acknowledged before the kill were executed again: {again}"
         for cell_id, cell in acknowledged.items():
             assert selected(final)[cell_id]["attempt_id"] == cell["attempt_id"], "the kept result is the one adopted"
+        recovered = [c["cell_id"] for c in final["cells"] if c["recovered_after_restore"]]
+        assert recovered and final["summary"]["recovered_after_restore"] == len(recovered), "provenance shown"
         attempts = [a for runs in executed.values() for a in runs]
         assert len(attempts) == len(set(attempts)), "an attempt id was issued twice"
         coordinator_log = restored.coordinator.log_path.read_text()

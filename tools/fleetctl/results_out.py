@@ -52,6 +52,7 @@ class _Listing:
         self._seen: list[dict] = []  # minimal records of cells read before the range was known
         self.throttled = 0  # throttled attempts of every cell listed: the summary's count is its page's
         self.executed_twice, self.extra_cost = 0, 0.0  # the same for work paid for more than once
+        self.recovered = 0  # results recovered from workers after a restore
 
     def cells(self) -> Iterator[dict]:
         for cells, summary in cell_pages(self.pages):
@@ -62,6 +63,7 @@ class _Listing:
                 self.throttled += cell["throttled"]
                 self.executed_twice += cell["executions"] > 1
                 self.extra_cost += cell["extra_execution_cost_usd"]
+                self.recovered += bool(cell.get("recovered_after_restore"))
                 if self.stats is not None:
                     self.stats.add(cell)
                 else:
@@ -72,6 +74,7 @@ class _Listing:
         self.summary["throttled_attempts"] = self.throttled
         self.summary["executed_more_than_once"] = self.executed_twice
         self.summary["extra_execution_cost_usd"] = round(self.extra_cost, 9)
+        self.summary["recovered_after_restore"] = self.recovered
 
     def _start(self, score_range: list[float] | None) -> None:
         self.stats = StreamingStats(score_range, bootstrap=self.ci == "bootstrap")

@@ -337,7 +337,10 @@ def print_summary(s: dict) -> None:
 def paid_twice_text(s: dict) -> str:
     """The results' line on work paid for more than once."""
     n = s["executed_more_than_once"]
+    recovered = s.get("recovered_after_restore") or 0
+    tail = (f"; {recovered} results recovered from the workers that kept them after a restore (not run again)"
+            if recovered else "")
     if not n:
-        return "executed more than once: 0 cells (no work paid for twice)"
+        return "executed more than once: 0 cells (no work paid for twice)" + tail
     return (f"executed more than once: {n} cells; their extra executions cost {usd(s['extra_execution_cost_usd'])} "
-            "(known subtotal, in the observed cost)")
+            "(known subtotal, in the observed cost)" + tail)

@@ -35,9 +35,12 @@ def write_spec(tmp_path: Path, name: str, doc: dict) -> Path:
 
 
 def skewed() -> dict:
-    """Six one-subject groups, task i sleeping 0.i s before it answers: the later, the longer."""
+    """Six one-subject groups, task i sleeping 0.2 i s before it answers: the later, the longer
+    (by 0.1 i s, the first group's cold start under a loaded CI, two test files at once, took
+    longer than the last one's sleep)."""
     doc = intbench_spec(6, ("good",), cap=1)
-    doc["subjects"][0]["args"] = ["-c", 'sleep "0.$1"; exec sh "$0" good "$1"', "{{bench_root}}/subject.sh",
+    doc["subjects"][0]["args"] = ["-c", 'sleep "0.$1"; sleep "0.$1"; exec sh "$0" good "$1"',
+                                  "{{bench_root}}/subject.sh",
                                   "{{task.input}}"]
     return doc
 

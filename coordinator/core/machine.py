@@ -26,7 +26,7 @@ from dataclasses import replace
 from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
 from common.identity import differences, pin_components
-from common.ids import AssignmentId, RunId, WorkerId, assignment_id_for, attempt_id_for, cell_of_attempt, is_digest
+from common.ids import AssignmentId, AttemptId, RunId, WorkerId, assignment_id_for, attempt_id_for, cell_of_attempt, is_digest
 from common.policy import COST_USD_MAX, Policy, group_deadline_for
 from common.rejections import Rejection
 from coordinator.core import commands as c
@@ -458,13 +458,7 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     selectable = is_selectable(report)
     _streak(state, state.workers[cmd.worker_id], attempt.attempt_id, cell, report, selectable, cmd.now_ms)
     if selectable and cell.selected is None:
-        cell.selected = attempt.attempt_id
-        run.selected_cells += 1
-        run.subject_selected_ms[cell.subject_id] = cmd.now_ms
-        counts = state.soft.cell_counts.get(run.run_id)
-        if counts is not None and run.groups[cell.group_index].status == GroupStatus.ASSIGNED:
-            counts.running -= 1
-        fx.append(Emit("cell_selected", run.run_id, cell.cell_id, f"score {report.score}"))
+        _select(state, run, cell, attempt.attempt_id, cmd.now_ms, fx, f"score {report.score}")
     elif report.throttled:
         fx.append(Emit("cell_throttled", run.run_id, cell.cell_id,
                        f"{cell.throttled} of {run.max_throttled(cell)} throttled attempts: {report.throttled}"))
@@ -480,6 +474,22 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     elif run.subject_providers and state.providers[run.provider_by_subject[cell.subject_id]].effective:
         _fill(state, cmd.now_ms, fx)  # the cell's provider has room again for a waiting group
     return ACCEPTED
+
+
+def _select(state: State, run: RunState, cell: CellState, attempt_id: AttemptId, now: int, fx: Fx,
+            detail: str) -> None:
+    """`attempt_id`'s result is the cell's: counted, and out of its group's running (or, adopted
+    after a restore into a settled group, exhausted) cells."""
+    cell.selected = attempt_id
+    run.selected_cells += 1
+    run.subject_selected_ms[cell.subject_id] = now
+    counts = state.soft.cell_counts.get(run.run_id)
+    status = run.groups[cell.group_index].status
+    if counts is not None and status == GroupStatus.ASSIGNED:
+        counts.running -= 1
+    elif counts is not None and status == GroupStatus.SETTLED:
+        counts.exhausted -= 1  # only an adoption selects in a settled group
+    fx.append(Emit("cell_selected", run.run_id, cell.cell_id, detail))
 
 
 def _evidence_rejection(report) -> Outcome | None:
@@ -615,16 +625,8 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
                f"not selectable ({report.status.name})")
         fx.append(Emit("late_report", run.run_id, cmd.attempt_id, f"offered after a restore, kept as evidence: {why}"))
         return LATE
-    cell.selected = cmd.attempt_id
-    run.selected_cells += 1
-    run.subject_selected_ms[cell.subject_id] = cmd.now_ms
-    counts = state.soft.cell_counts.get(run.run_id)
-    if counts is not None and group.status == GroupStatus.ASSIGNED:
-        counts.running -= 1
-    elif counts is not None and group.status == GroupStatus.SETTLED:
-        counts.exhausted -= 1  # its group had settled with this cell out of attempts
-    fx.append(Emit("cell_selected", run.run_id, cell.cell_id,
-                   f"score {report.score}; recovered from worker {worker.worker_id} after a restore"))
+    _select(state, run, cell, cmd.attempt_id, cmd.now_ms, fx,
+            f"score {report.score}; recovered from worker {worker.worker_id} after a restore")
     if group.status == GroupStatus.WAITING and not _pending_cells(run, group):
         _unqueue(run, group.index)
         _settle_or_wait(state, run, group, cmd.now_ms, fx)

@@ -5,11 +5,11 @@ applies a plain tick after a stall, a policy without quarantine)."""
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from tools.sim import cli, simulation
+from tests.sim.seedpool import run_seeds
+from tools.sim import simulation
 
 # 24 seeds with both faults took about 12 s on two cores; FLEET_SIM_FAULT_SEEDS changes them and
 # FLEET_SIM_FAULT_SOAK_SEEDS widens the soak set (e.g. "0-1999").
@@ -19,28 +19,8 @@ BOTH = ("stall", "blackhole")
 TOTALS = ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes", "forgiven")
 
 
-def _run(seeds: range) -> tuple[int, str, dict]:
-    totals = dict.fromkeys(TOTALS, 0) | {"seeds": 0}
-    for seed in seeds:
-        try:
-            report = simulation.run_seed(seed, True, faults=BOTH)
-        except simulation.SimFailure as e:
-            return seed, str(e), totals
-        totals["seeds"] += 1
-        for k in TOTALS:
-            totals[k] += report["extra_faults"][k]
-    return -1, "", totals
-
-
 def _many(text: str) -> dict:
-    seeds = cli.parse_range(text)
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_run, [seeds[0::2], seeds[1::2]]))
-    for seed, failure, _ in results:
-        assert seed < 0, f"{failure}\nreplay: python -m tools.sim --seed {seed} --check --faults stall,blackhole"
-    total = {k: sum(part[k] for _, _, part in results) for k in (*TOTALS, "seeds")}
-    assert total["seeds"] == len(seeds)
-    return total
+    return run_seeds(text, BOTH, TOTALS)
 
 
 def test_stalls_and_black_holes_hold_every_invariant() -> None:

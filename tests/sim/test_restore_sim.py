@@ -8,11 +8,11 @@ the check has teeth: workers that keep nothing acknowledged make cells run again
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from tools.sim import cli, simulation
+from tests.sim.seedpool import run_seeds
+from tools.sim import simulation
 
 # 20 seeds of the restore and 10 with every extra fault took about 10 s on two cores;
 # FLEET_SIM_RESTORE_SEEDS changes the first set (e.g. "0-499", about a minute and a half).
@@ -21,29 +21,8 @@ ALL_SEEDS = os.environ.get("FLEET_SIM_RESTORE_ALL_SEEDS", "0-9")
 TOTALS = ("restores", "lost_records", "lost_acked", "adopted", "offers_late", "run_again")
 
 
-def _run(args: tuple[range, tuple[str, ...]]) -> tuple[int, str, dict]:
-    seeds, faults = args
-    totals = dict.fromkeys(TOTALS, 0) | {"seeds": 0}
-    for seed in seeds:
-        try:
-            report = simulation.run_seed(seed, True, faults=faults)
-        except simulation.SimFailure as e:
-            return seed, str(e), totals
-        totals["seeds"] += 1
-        for k in TOTALS:
-            totals[k] += report["extra_faults"][k]
-    return -1, "", totals
-
-
 def _many(text: str, faults: tuple[str, ...]) -> dict:
-    seeds = cli.parse_range(text)
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_run, [(seeds[0::2], faults), (seeds[1::2], faults)]))
-    for seed, failure, _ in results:
-        assert seed < 0, f"{failure}\nreplay: python -m tools.sim --seed {seed} --check --faults {','.join(faults)}"
-    total = {k: sum(part[k] for _, _, part in results) for k in (*TOTALS, "seeds")}
-    assert total["seeds"] == len(seeds)
-    return total
+    return run_seeds(text, faults, TOTALS)
 
 
 def test_a_restore_from_a_backup_holds_every_invariant_and_adopts_what_the_workers_kept() -> None:

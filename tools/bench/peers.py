@@ -8,8 +8,10 @@ tools/bench/data/noopbench (tools/bench/data/peer_tasks.py), 4 worker processes 
 slots of 3 cells each (6 threads), results read back through each system's own result path
 and checked (every score 1). CPU per role is utime + stime of the process trees: the
 scheduler or the broker (redis-server) for the coordinator's role, the 4 worker processes
-for the workers'. The client (this process) is counted for no system, as for fleet. Neither
-peer gang-schedules the cells of a group: they are 3 independent tasks.
+for the workers'. The client (this process) is counted for no system, as for fleet. Each peer
+runs the shape its users would write for this workload: one task per group whose 3 cells start
+together (a group is the capacity unit and its subjects start together), 2 task threads per
+worker as fleet's 2 slots; Dask also runs one task per cell (`dask-cells`, a named second row).
 
 Needs `pip install -e '.[bench]'` and `redis-server` on PATH (`apt-get install redis-server`);
 a system whose software is missing is skipped with a line saying so. Everything on 127.0.0.1,
@@ -28,7 +30,8 @@ from tools.bench.harness import PY, START_TIMEOUT_S, free_port, tree_cpu
 
 SUBJECTS = 3
 WORKERS = 4
-THREADS_PER_WORKER = 2 * SUBJECTS  # 2 group slots of 3 cells
+SLOTS_PER_WORKER = 2  # group slots, as fleet's workers have
+THREADS_PER_WORKER = SLOTS_PER_WORKER * SUBJECTS  # the per-cell shape: a thread per cell of 2 groups
 RUN_TIMEOUT_S = 900
 
 
@@ -53,19 +56,28 @@ def _measure(name: str, groups: int, number: int, coord_pids: Callable[[], list[
     got = {"cells_per_s": cells / elapsed, "coordinator_cpu_s_per_1000": (c1 - c0) / cells * 1000,
            "workers_cpu_s_per_1000": (w1 - w0) / cells * 1000}
     say(f"  {name} run {number}: {cells} cells in {elapsed:.2f} s = {got['cells_per_s']:.0f} cells/s (CPU per 1,000 "
-        f"cells: {'scheduler' if name == 'dask' else 'broker'} {got['coordinator_cpu_s_per_1000']:.2f} s, "
+        f"cells: {'scheduler' if name.startswith('dask') else 'broker'} {got['coordinator_cpu_s_per_1000']:.2f} s, "
         f"workers {got['workers_cpu_s_per_1000']:.2f} s)")
     return got
 
 
-def bench_dask(groups: int, number: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None]) -> dict | None:
-    """One W1 run on a fresh scheduler and workers, printed as run `number`."""
+def _flat(results: list[list[dict]]) -> list[dict]:
+    return [c for g in results for c in g]
+
+
+def bench_dask(groups: int, number: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
+               per_cell: bool = False) -> dict | None:
+    """One W1 run on a fresh scheduler and workers, printed as run `number`. The faithful shape
+    (`dask`): one task per group, 2 threads per worker (its group slots), the group's 3 cells
+    started together inside it (peer_tasks.group); `per_cell` (`dask-cells`): one task per cell
+    on 6 threads per worker, a shape that no longer starts a group's subjects together."""
+    name = "dask-cells" if per_cell else "dask"
     if importlib.util.find_spec("distributed") is None:
         say("  dask: skipped (pip install -e '.[bench]')")
         return None
     from distributed import Client
 
-    from tools.bench.data.peer_tasks import cell
+    from tools.bench.data.peer_tasks import cell, group
 
     root.mkdir(parents=True, exist_ok=True)
     sched_file = root / "scheduler.json"
@@ -81,18 +93,20 @@ def bench_dask(groups: int, number: int, root: Path, proc: Callable[..., Any], s
         for i in range(WORKERS):
             workers.append(proc(f"dask worker {i}", [
                 PY, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file), "--nworkers", "1",
-                "--nthreads", str(THREADS_PER_WORKER), "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
+                "--nthreads", str(THREADS_PER_WORKER if per_cell else SLOTS_PER_WORKER), "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
                 "--name", f"w{i}"], root / f"worker-{i}.log"))
         with Client(scheduler_file=str(sched_file), timeout=START_TIMEOUT_S) as client:
             client.wait_for_workers(WORKERS, timeout=START_TIMEOUT_S)
 
             def run_once() -> list[dict]:
+                if not per_cell:
+                    return _flat(client.gather(client.map(group, range(groups), pure=False)))
                 gs = [g for g in range(groups) for _ in range(SUBJECTS)]
                 ss = [s for _ in range(groups) for s in range(SUBJECTS)]
                 futures = client.map(cell, gs, ss, pure=False)
                 return client.gather(futures)
 
-            return _measure("dask", groups, number, lambda: [sched.pid], lambda: [w.pid for w in workers], run_once, say)
+            return _measure(name, groups, number, lambda: [sched.pid], lambda: [w.pid for w in workers], run_once, say)
     finally:
         for w in workers:
             w.stop(30)
@@ -101,8 +115,9 @@ def bench_dask(groups: int, number: int, root: Path, proc: Callable[..., Any], s
 
 def bench_celery(groups: int, number: int, root: Path, proc: Callable[..., Any], say: Callable[[str], None], *,
                  durable: bool = True) -> dict | None:
-    """One W1 run, as bench_dask. `durable`: Redis's append-only file with appendfsync always and
-    late acks; else the defaults of both (the `celery-defaults` row)."""
+    """One W1 run, as bench_dask, one task per group (peer_tasks.group on 2 threads per worker).
+    `durable`: Redis's append-only file with appendfsync always and late acks; else the defaults
+    of both (the `celery-defaults` row)."""
     name = "celery" if durable else "celery-defaults"
     redis_server = shutil.which("redis-server")
     if importlib.util.find_spec("celery") is None or importlib.util.find_spec("redis") is None or not redis_server:
@@ -137,7 +152,7 @@ def bench_celery(groups: int, number: int, root: Path, proc: Callable[..., Any],
         for i in range(WORKERS):
             workers.append(proc(f"celery worker {i}", [
                 PY, "-m", "celery", "-A", "tools.bench.data.peer_tasks", "worker", "--pool", "threads",
-                "--concurrency", str(THREADS_PER_WORKER), "--loglevel", "WARNING", "--without-gossip",
+                "--concurrency", str(SLOTS_PER_WORKER), "--loglevel", "WARNING", "--without-gossip",
                 "--without-mingle", "--without-heartbeat", "-n", f"w{i}@bench"], root / f"worker-{i}.log"))
         deadline = time.monotonic() + START_TIMEOUT_S
         while len(app.control.ping(timeout=1.0) or []) < WORKERS:
@@ -146,8 +161,8 @@ def bench_celery(groups: int, number: int, root: Path, proc: Callable[..., Any],
         from celery import group as celery_group
 
         def run_once() -> list[dict]:
-            job = celery_group(app.signature("w1.cell", (g, s)) for g in range(groups) for s in range(SUBJECTS))
-            return job.apply_async().get(timeout=RUN_TIMEOUT_S)
+            job = celery_group(app.signature("w1.group", (g,)) for g in range(groups))
+            return _flat(job.apply_async().get(timeout=RUN_TIMEOUT_S))
 
         return _measure(name, groups, number, lambda: [redis.pid], lambda: [w.pid for w in workers], run_once, say)
     finally:

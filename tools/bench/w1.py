@@ -25,7 +25,7 @@ from tools.fleetctl.pages import results_whole
 NOOPBENCH = REPO / "tools" / "bench" / "data" / "noopbench"
 
 
-W1_SYSTEMS = ["fleet", "dask", "celery", "celery-defaults"]  # --w1-systems: the peers W1 runs after fleet
+W1_SYSTEMS = ["fleet", "dask", "dask-cells", "celery", "celery-defaults"]  # --w1-systems: the peers W1 runs after fleet
 
 
 # The peers fleet's W1 targets are taken from (issue 8: "coordinator <= 0.3 s, workers <= 1.2 s",
@@ -103,7 +103,8 @@ def bench_w1(sz: Sizes, root: Path, profile: Path | None) -> dict:
     say(f"W1: {sz.w1_groups} groups x {SUBJECTS} no-op python cells, 4 fleet-worker processes x 2 slots, "
         f"{sz.w1_repeats} round(s) of every system in turn")
     peer_benches = [(name, bench) for name, bench in (
-        ("dask", bench_peers.bench_dask), ("celery", bench_peers.bench_celery),
+        ("dask", bench_peers.bench_dask), ("dask-cells", functools.partial(bench_peers.bench_dask, per_cell=True)),
+        ("celery", bench_peers.bench_celery),
         ("celery-defaults", functools.partial(bench_peers.bench_celery, durable=False))) if name in W1_SYSTEMS]
     fleet: list[dict] = []
     rounds: dict[str, list[dict]] = {name: [] for name, _ in peer_benches}

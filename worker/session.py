@@ -231,6 +231,8 @@ class _Stream:
         self.offered: dict[str, None] = {}
         self.report_slots = asyncio.Semaphore(REPORTS_IN_FLIGHT_MAX)
         self._upload_count = 0
+        self.frames_written = 0  # frames and the reports in them: the "stream totals" line at its end
+        self.reports_written = 0
         self.report_batches = False  # the coordinator speaks protocol 4: queued reports go as one frame
         self.completion_by_reports = False  # protocol 5: an assignment acked in full needs no GroupFinished
 
@@ -283,6 +285,8 @@ class _Stream:
                     if name == "cell_report" and self.report_batches and self._items:
                         frame = self._report_batch(msg, fut)
                         self._cond.notify_all()
+                        self.frames_written += 1
+                        self.reports_written += len(frame.report_batch.reports)
                         await self.call.write(frame)
                         continue
                     self._cond.notify_all()
@@ -291,6 +295,8 @@ class _Stream:
                 self._acks[frame.seq] = fut
             if name == "goodbye":
                 self.said_goodbye = True
+            self.frames_written += 1
+            self.reports_written += name == "cell_report"
             await self.call.write(frame)
 
     def _report_batch(self, first: coordinator_pb2.CellReport,
@@ -386,6 +392,7 @@ class WorkerSession:
         # Why no new cell starts now (the state dir's disk is full), for the heartbeat and the
         # status line; "" while there is room (`_wait_for_room`).
         self.degraded = ""
+        self._room_seen_at = -1e9  # loop time of the last look that found room (_wait_for_room)
         self._outcomes_waiting = 0  # outcomes held in memory until the disk has room
         self.welcomed = asyncio.Event()  # set at the first Welcome (sd_notify READY=1)
 
@@ -716,6 +723,8 @@ class WorkerSession:
             self._log.warning("stream ended", stream=s.number, welcomed=welcomed,
                               cause="; ".join(dict.fromkeys(_describe(e) for e in leaves)))
         finally:
+            self._log.info("stream totals", stream=s.number, frames_written=s.frames_written,
+                           reports_written=s.reports_written)
             self.connected = False
             self._stream = self._stream_tasks = None
             self._handle(wp.StreamClosed())
@@ -1013,11 +1022,18 @@ class WorkerSession:
     async def _wait_for_room(self, cancel: CancelEvent) -> None:
         """A cell starts only while its result can be kept; a full disk waits (saying so in the
         heartbeat: the coordinator gives this worker no new work) instead of failing every
-        attempt at once, which exhausted a whole run in seconds."""
+        attempt at once, which exhausted a whole run in seconds. Room seen less than
+        ROOM_RECHECK_MS ago is taken as still there (the writer's own full-disk errors still
+        stop the next cell at once): a look costs a thread hop, which at a no-op cell's pace
+        was one of its four (issue 26)."""
+        now = asyncio.get_running_loop().time()
+        if not self._state.disk_full and now - self._room_seen_at < ROOM_RECHECK_MS / 1000:
+            return
         while (reason := await asyncio.to_thread(self._room)) and not cancel.is_set():
             self._set_degraded(reason)
             await asyncio.sleep(ROOM_RECHECK_MS / 1000)
         if not reason:
+            self._room_seen_at = asyncio.get_running_loop().time()
             self._set_degraded("")
 
     async def _buffer(self, aid: AssignmentId, push: coordinator_pb2.AssignmentPush,

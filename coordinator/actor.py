@@ -45,8 +45,7 @@ from typing import Any
 
 import structlog
 
-from common.evidence import Report
-from common.ids import AssignmentId, AttemptId, WorkerId
+from common.ids import WorkerId
 from common.limits import (
     ACTOR_GATHER_AFTER_MS,
     ACTOR_GATHER_WAIT_MS,
@@ -91,8 +90,9 @@ def _commands_of(req: Request, clock: Callable[[], int]) -> Iterator[tuple[int, 
     if req.reports is not None:
         batch = req.reports
         now = clock()
-        for (attempt_id, assignment_id, generation, report), wire in zip(batch.rows, batch.wire, strict=True):
-            yield now, c.CellReported(now, batch.worker_id, attempt_id, assignment_id, generation, report), wire
+        worker_id, made = batch.worker_id, codec.cell_reported
+        for row, wire in zip(batch.rows, batch.wire, strict=True):
+            yield now, made(now, worker_id, row), wire
     else:
         assert req.many is not None
         for make in req.many:
@@ -107,9 +107,25 @@ class Overloaded(Exception):
 
 
 @dataclass(slots=True)
+class Reply:
+    """Where a worker frame's answer goes: an Ack on `session` for each of `seqs` (a
+    ReportBatch: one seq per row), built and sent by the edge after the commit, with the
+    batch's pushes (edge.Hub.on_batch), from data rather than a closure per frame.
+    `received`: perf_counter when the frame arrived, for the slot_refill histogram when
+    `refill`."""
+
+    session: Any  # edge.Session (the edge imports the actor, not the other way)
+    seqs: tuple[int, ...]
+    received: float = 0.0
+    refill: bool = False
+    batch: bool = False  # a ReportBatch's: answered with AckBatch frames where the worker reads them
+
+
+@dataclass(slots=True)
 class Request:
     """A command to apply (`make(now_ms)`) or a read-only `query(state)`; `done` receives the
-    Transition or the query's value on the event loop after the commit."""
+    Transition or the query's value on the event loop after the commit, or, for a worker's
+    frame, `reply` says where its Ack goes."""
 
     make: Callable[[int], object] | None = None
     query: Callable[[State], Any] | None = None
@@ -117,6 +133,7 @@ class Request:
     many: list[Callable[[int], object]] | None = None  # several commands; `done` gets their Transitions
     chore: Callable[[], None] | None = None  # the actor's own work between batches (a snapshot to store)
     reports: Reports | None = None  # a ReportBatch's reports; `done` gets their Transitions
+    reply: Reply | None = None
 
 
 @dataclass(slots=True)
@@ -128,7 +145,7 @@ class Reports:
     called on the actor, and a clock read per report, were 1 us a report."""
 
     worker_id: WorkerId
-    rows: list[tuple[AttemptId, AssignmentId, int, Report]]
+    rows: list[codec.ReportRow]
     wire: list[Any]
 
 
@@ -142,7 +159,10 @@ class Outgoing:
 
 @dataclass(slots=True)
 class Batch:
+    """What one commit hands back to the event loop, routed there in this order (edge.Hub.on_batch)."""
+
     completions: list[tuple[Callable[[Any], None], Any]] = field(default_factory=list)
+    replies: list[tuple[Reply, Any]] = field(default_factory=list)  # each with its Transition(s)
     outgoing: list[Outgoing] = field(default_factory=list)
     broadcast: list[Any] = field(default_factory=list)  # frames for every connected worker
     # Events for logs, metrics and watchers, in order, each with its time: one or more per
@@ -388,7 +408,9 @@ class Actor:
                     if t.effects:
                         effects.append((now, t.effects))
                     transitions.append(t)
-                if req.done is not None:
+                if req.reply is not None:
+                    out.replies.append((req.reply, transitions))
+                elif req.done is not None:
                     out.completions.append((req.done, transitions))
                 continue
             assert req.make is not None
@@ -409,7 +431,9 @@ class Actor:
                     gc.freeze()  # before the collector is enabled again (see recovery.recover_with_time)
             if t.effects:
                 effects.append((now, t.effects))
-            if req.done is not None:
+            if req.reply is not None:
+                out.replies.append((req.reply, t))
+            elif req.done is not None:
                 out.completions.append((req.done, t))
         self._state = state
         if records:
@@ -429,7 +453,7 @@ class Actor:
         for now, fx in effects:
             for e in fx:
                 self._route(now, e, out)
-        if out.completions or out.outgoing or out.broadcast or out.events:
+        if out.completions or out.replies or out.outgoing or out.broadcast or out.events:
             self._deliver(out)
         if records and self._store.snapshot_due and self._snapshot_pending is None:
             self._begin_snapshot()
@@ -493,9 +517,11 @@ class Actor:
                 value = [refused for _ in _commands_of(req, self._now)]
             else:
                 value = refused
-            if req.done is not None:
+            if req.reply is not None:
+                out.replies.append((req.reply, value))
+            elif req.done is not None:
                 out.completions.append((req.done, value))
-        if out.completions:
+        if out.completions or out.replies:
             self._deliver(out)
 
     # -- snapshots -------------------------------------------------------------------------------

@@ -1,20 +1,25 @@
 """The coordinator's edge codec: wire frames to core commands and core effects to frames.
 
-Only this module, the servicer and the log codec touch generated protobuf types. Decoding is
-strict: a frame that misses a required field or carries an out-of-range value becomes a
-`FrameError` with a Rejection, never an exception that reaches the core.
+Only this module turns a worker's frame into a command (`frame_command`, `hello_command`, and
+a ReportBatch's rows through `report_row` and `cell_reported`, which the actor calls for each
+row); the services decode nothing themselves. Only this module, the services and the log codec
+touch generated protobuf types. Decoding is strict: a frame that misses a required field or
+carries an out-of-range value becomes a `FrameError` with a Rejection, never an exception that
+reaches the core.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from common.evidence import Report
 from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
-from common.ids import is_digest
+from common.ids import AssignmentId, AttemptId, RunId, WorkerId, is_digest
 from common.limits import ID_CHARS_MAX, MANIFEST_ENTRIES_MAX, MANIFEST_KEY_CHARS_MAX, MANIFEST_VALUE_CHARS_MAX
 from common.rejections import Rejection
 from common.spec import ExperimentSpec, canonical_json
+from coordinator.core import commands as c
 from coordinator.core.effects import (
     NotifyRunState,
     OfferRun,
@@ -27,11 +32,12 @@ from coordinator.core.effects import (
 from coordinator.logcodec import LogCodecError, report_from_proto
 
 # The protocol's revisions, what each brought and what each implies, are protos/fleet/v1/common.proto
-# `ProtocolRevision`; these are the coordinator's names for them. It speaks 5: an assignment is
-# released by the commit of its last cell report (coordinator/core/machine.py `_cell_reported`);
-# workers of 3 and 4 are served as before (their GroupFinished is answered DUPLICATE), one below
-# 3 cannot show that it runs a run's benchmark and is refused.
-PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_COMPLETION_BY_REPORTS
+# `ProtocolRevision`; these are the coordinator's names for them. It speaks 6: an assignment is
+# released by the commit of its last cell report (coordinator/core/machine.py `_cell_reported`),
+# and an overload is refused OVERLOADED to a worker of 6 (`overload_rejection`); workers of 3
+# to 5 are served as before (the GroupFinished of 3 and 4 is answered DUPLICATE, an overload
+# STORAGE_FULL), one below 3 cannot show that it runs a run's benchmark and is refused.
+PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_OVERLOADED
 ACK_BATCH_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_ACK_BATCH
 RUN_OFFER_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_RUN_OFFER
 REPORT_BATCH_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_REPORT_BATCH
@@ -74,6 +80,69 @@ def decode_report(msg: common_pb2.Report) -> Report:
         name = next(n for n in _REQUIRED_ENUMS if not getattr(report, n))
         raise FrameError(Rejection.MALFORMED_FRAME, f"report misses its required field {name}")
     return report
+
+
+# A report as the core takes it: (attempt id, assignment id, generation, report).
+ReportRow = tuple[AttemptId, AssignmentId, int, Report]
+Maker = Callable[[int], object]  # a command, given the actor's time when it is applied
+
+# The Session frames that are one command each, and those whose commit may push a group to
+# the worker (its slot refilled: the slot_refill histogram is measured for them).
+COMMAND_FRAMES = frozenset({"cell_report", "group_finished", "run_environment", "drain_notice", "goodbye"})
+REFILL_FRAMES = frozenset({"cell_report", "run_environment"})
+
+
+def report_row(r: coordinator_pb2.CellReport) -> ReportRow:
+    """A CellReport's ids, generation and report, checked (`FrameError` if not)."""
+    report = decode_report(r.report)
+    return (AttemptId(require_id(r.attempt_id, "attempt_id")), AssignmentId(require_id(r.assignment_id, "assignment_id")),
+            r.generation, report)
+
+
+def cell_reported(now_ms: int, worker_id: WorkerId, row: ReportRow) -> c.CellReported:
+    """The command of one report row (a ReportBatch's rows are applied by the actor at one
+    time, from rows rather than a closure each: 1 us a report less)."""
+    return c.CellReported(now_ms, worker_id, row[0], row[1], row[2], row[3])
+
+
+def offered_command(worker_id: WorkerId, row: ReportRow) -> Maker:
+    """A result the worker kept and offers again after the coordinator's epoch changed."""
+    return lambda now: c.ResultOffered(now, worker_id, row[0], row[1], row[2], row[3])
+
+
+def report_command(worker_id: WorkerId, r: coordinator_pb2.CellReport) -> Maker:
+    row = report_row(r)
+    if r.offered:
+        return offered_command(worker_id, row)
+    return lambda now: cell_reported(now, worker_id, row)
+
+
+def frame_command(kind: str, body: Any, worker_id: WorkerId, incarnation: int) -> Maker:
+    """The command of a Session frame of a kind in COMMAND_FRAMES (`FrameError` if it does not
+    decode)."""
+    if kind == "cell_report":
+        return report_command(worker_id, body)
+    if kind == "group_finished":
+        aid = AssignmentId(require_id(body.assignment_id, "assignment_id"))
+        return lambda now: c.GroupFinished(now, worker_id, aid)
+    if kind == "run_environment":
+        run_id = RunId(require_id(body.run_id, "run_id"))
+        measured = decode_manifest(body.components, "the run environment")
+        return lambda now: c.RunEnvironmentMeasured(now, worker_id, incarnation, run_id, measured)
+    if kind == "drain_notice":
+        return lambda now: c.WorkerDrained(now, worker_id)
+    assert kind == "goodbye", f"{kind} is not a command frame"
+    return lambda now: c.WorkerGone(now, worker_id)
+
+
+def hello_command(worker_id: WorkerId, hello: coordinator_pb2.Hello, environment: tuple[tuple[str, str], ...]) -> Maker:
+    """The registration a Hello asks for (its environment decoded and checked by the caller,
+    `decode_manifest`, before the session exists)."""
+    owned = tuple(AssignmentId(a) for a in hello.owned_assignment_ids)
+    buffered = tuple(AttemptId(a) for a in hello.buffered_attempt_ids)
+    return lambda now: c.WorkerRegistered(
+        now, worker_id, hello.incarnation, hello.slots, hello.environment_id, hello.cpu_millis, hello.memory_mb,
+        owned=owned, buffered=buffered, cell_environment_id=hello.cell_environment_id, environment=environment)
 
 
 def require_digest(value: str) -> str:
@@ -126,9 +195,10 @@ def push_frame(push: PushAssignment, parts: RunParts, now_ms: int) -> coordinato
     p.verifier_json = parts.verifier_json
     p.budget_json = parts.budget_json
     add = p.cells.add
-    for c in push.cells:
-        add(cell_id=c.cell_id, attempt_id=c.attempt_id, subject_id=c.subject_id, dispatch_order=c.dispatch_order)
-    p.subject_json.extend([parts.subjects[c.subject_id] for c in push.cells])
+    for cell in push.cells:
+        add(cell_id=cell.cell_id, attempt_id=cell.attempt_id, subject_id=cell.subject_id,
+            dispatch_order=cell.dispatch_order)
+    p.subject_json.extend([parts.subjects[cell.subject_id] for cell in push.cells])
     return frame
 
 

@@ -1,11 +1,13 @@
 """The session edge, shared by the worker and admin services: a worker's `Session` (its bounded
 send queue, cut rather than buffered without bound), the `Hub` that owns the loop's state (the
-sessions by worker id, watchers, dead letters) and routes what the actor hands back after each
-commit (`on_batch`: completions, then frames, events and broadcasts, in that order), and
-`submit`, which hands a request to the actor and awaits its result."""
+sessions by worker id, watchers, dead letters) and routes everything the actor hands back after
+each commit in one place (`on_batch`: the awaited results, then every worker frame's Ack, then
+the pushes and other frames, the events and the broadcasts, in that order), and `submit`, which
+hands a request to the actor and awaits its result."""
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +19,11 @@ import structlog
 from common import limits
 from common.fleetpb import admin_pb2
 from common.rejections import Rejection
-from coordinator.actor import Actor, Batch, Overloaded, Request
+from coordinator import codec
+from coordinator.actor import Actor, Batch, Overloaded, Reply, Request
 from coordinator.auth import AuthError
-from coordinator.core.effects import Emit
+from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition
+from coordinator.metrics import Metrics
 
 log = structlog.get_logger("fleet.servicer")
 PER_CELL_EVENTS = ("cell_selected", "cell_retryable")
@@ -101,7 +105,8 @@ class Session:
 class Hub:
     """Sessions by worker id, watchers, dead letters: state of the edge, owned by the loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics or Metrics()  # rejections answered, slot refills
         self.sessions: dict[str, Session] = {}
         self.watchers: list[tuple[str | None, asyncio.Queue]] = []
         self.watch_dropped: dict[int, int] = {}  # id(queue) -> events it lost since it was last told
@@ -128,8 +133,14 @@ class Hub:
         return False
 
     def on_batch(self, batch: Batch) -> None:
+        """One commit's results, routed in this order: awaited results first (a Hello's attaches
+        its session, so the pushes of the same commit reach it); then each worker frame's Ack,
+        before the pushes, so a worker hears its report acknowledged before the group that
+        refills the slot; then the frames for workers, the events and the broadcasts."""
         for done, value in batch.completions:
             done(value)
+        for reply, value in batch.replies:
+            self.answer(reply, value)
         for o in batch.outgoing:
             s = self.sessions.get(o.worker_id)
             if s is not None:
@@ -139,6 +150,38 @@ class Hub:
         for frame in batch.broadcast:
             for s in list(self.sessions.values()):
                 s.send(frame)
+
+    def count(self, outcome: Outcome) -> None:
+        if outcome.kind == OutcomeKind.REJECTED:
+            self.metrics.rejections.labels(outcome.rejection.name).inc()
+
+    def ack(self, session: Session, seq: int, outcome: Outcome, **kw: Any) -> None:
+        self.count(outcome)
+        session.send(codec.ack_frame(seq, outcome, **kw))
+
+    def answer(self, reply: Reply, value: Transition | list[Transition]) -> None:
+        """A worker frame's Ack (a ReportBatch's: an AckBatch where the worker reads one), and
+        one `slot_refill` observation per group the commit pushed to that worker (a frame that
+        ends two groups refills two slots)."""
+        session = reply.session
+        transitions = value if type(value) is list else [value]
+        if reply.batch and session.batch_acks:  # every protocol that sends a ReportBatch does
+            acks = [(seq, t.outcome) for seq, t in zip(reply.seqs, transitions, strict=True)]
+            for _, outcome in acks:
+                self.count(outcome)
+            for frame in codec.ack_batch_frames(acks):
+                session.send(frame)
+        else:
+            for seq, t in zip(reply.seqs, transitions, strict=True):
+                self.ack(session, seq, t.outcome)
+        if reply.refill:
+            worker_id = session.worker_id
+            pushes = sum(1 for t in transitions for e in t.effects
+                         if type(e) is PushAssignment and e.worker_id == worker_id)
+            if pushes:
+                took = time.perf_counter() - reply.received
+                for _ in range(pushes):
+                    self.metrics.slot_refill.observe(took)
 
     def publish_all(self, events: list[tuple[Emit, int]]) -> None:
         # One line per cell would cost more than the cell on a large run: per-cell events are

@@ -164,8 +164,8 @@ async def _serve(cfg: Config, store: Store, notifier: Notifier, loop: asyncio.Ab
     swept = artifacts.sweep_tmp(time.time_ns() // 1_000_000)
     if swept:
         log.info("artifact_tmp_swept", files=len(swept))
-    hub = Hub()
     metrics = Metrics()
+    hub = Hub(metrics)
     hub.on_events.append(metrics.events)
 
     def on_commit(records: int, seconds: float) -> None:

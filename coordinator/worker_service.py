@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
@@ -14,15 +13,15 @@ import structlog
 
 from common import limits
 from common.fleetpb import coordinator_pb2, coordinator_pb2_grpc
-from common.ids import AssignmentId, AttemptId, RunId, WorkerId
+from common.ids import AssignmentId, RunId, WorkerId
 from common.rejections import Rejection
 from coordinator import codec, views
-from coordinator.actor import Actor, Overloaded, Reports, Request
+from coordinator.actor import Actor, Overloaded, Reply, Reports, Request
 from coordinator.artifacts import ArtifactStore
 from coordinator.auth import AuthError, TokenBook, bearer, certificate_identity_problem
 from coordinator.codec import FrameError
 from coordinator.core import commands as c
-from coordinator.core.effects import Outcome, OutcomeKind, PushAssignment, Transition, rejected
+from coordinator.core.effects import Outcome, OutcomeKind, Transition, rejected
 from coordinator.edge import Hub, Session, SessionCut, forget_cut, put_request, status_for_auth, submit, too_large_detail
 from coordinator.liveness import LivenessFeed
 from coordinator.metrics import Metrics
@@ -44,16 +43,15 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
                  client_identity: bool = False) -> None:
         self.actor, self.hub, self.tokens, self.artifacts = actor, hub, tokens, artifacts
         self.incarnation = coordinator_incarnation
-        self.metrics = metrics or Metrics()
+        if metrics is not None:
+            hub.metrics = metrics
+        self.metrics = hub.metrics
         self.client_identity = client_identity  # mTLS: the certificate must name the claimed worker
 
     def _ack(self, session: Session, seq: int, outcome: Outcome, **kw: Any) -> None:
-        self._count(outcome)
-        session.send(codec.ack_frame(seq, outcome, **kw))
-
-    def _count(self, outcome: Outcome) -> None:
-        if outcome.kind == OutcomeKind.REJECTED:
-            self.metrics.rejections.labels(outcome.rejection.name).inc()
+        """An Ack sent at once (a frame refused before it reached the actor, an upload's chunk);
+        the Acks of applied frames are sent by the edge after the commit (Hub.answer)."""
+        self.hub.ack(session, seq, outcome, **kw)
 
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         token, claimed = bearer(context.invocation_metadata())
@@ -138,7 +136,6 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
     async def _register(self, session: Session, credential: str, hello: Any, environment: tuple, context: Any) -> None:
         wid = session.worker_id
         cmd_owned = tuple(AssignmentId(a) for a in hello.owned_assignment_ids)
-        cmd_buffered = tuple(AttemptId(a) for a in hello.buffered_attempt_ids)
         loop = asyncio.get_running_loop()
         registered: asyncio.Future = loop.create_future()
 
@@ -156,10 +153,7 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
                 self.hub.attach(session)
             registered.set_result(t)
 
-        await put_request(self.actor, Request(make=lambda now: c.WorkerRegistered(
-            now, wid, hello.incarnation, hello.slots, hello.environment_id, hello.cpu_millis, hello.memory_mb,
-            owned=cmd_owned, buffered=cmd_buffered, cell_environment_id=hello.cell_environment_id,
-            environment=environment), done=done))
+        await put_request(self.actor, Request(make=codec.hello_command(wid, hello, environment), done=done))
         t: Transition = await registered
         if not t.outcome.ok:
             session.cut(f"registration refused: {t.outcome.rejection.name}")
@@ -197,7 +191,7 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
             protocol_version=codec.PROTOCOL_VERSION, idle_heartbeat_interval_ms=idle_ms,
             coordinator_epoch=epoch)))
         log.info("session_open", worker_id=wid, incarnation=hello.incarnation, slots=hello.slots,
-                 environment_id=hello.environment_id, owned=len(cmd_owned), buffered=len(cmd_buffered),
+                 environment_id=hello.environment_id, owned=len(cmd_owned), buffered=len(hello.buffered_attempt_ids),
                  enrolled=bool(credential))
 
     async def _writer(self, session: Session, context: Any) -> None:
@@ -301,35 +295,13 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
             session.degraded = frame.heartbeat.degraded[:limits.ID_CHARS_MAX]
             session.beat_at = asyncio.get_running_loop().time()
             self._heartbeat(session, owned)
-        elif kind == "cell_report":
-            r = frame.cell_report
-            report = codec.decode_report(r.report)
-            attempt_id = AttemptId(codec.require_id(r.attempt_id, "attempt_id"))
-            assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
-            generation = r.generation
-            if r.offered:
-                self._offered(session, seq, r, report)
-            else:
-                self._ack_after(session, seq, lambda now: c.CellReported(now, wid, attempt_id, assignment_id,
-                                                                         generation, report), refill=True)
+        elif kind in codec.COMMAND_FRAMES:
+            self._apply(session, Request(make=codec.frame_command(kind, getattr(frame, kind), wid, session.incarnation),
+                                         reply=Reply(session, (seq,), time.perf_counter(), kind in codec.REFILL_FRAMES)))
         elif kind == "report_batch":
             self._report_batch(session, seq, frame.report_batch.reports)
         elif kind == "upload_chunk":
             await self._upload(session, seq, frame.upload_chunk)
-        elif kind == "group_finished":
-            aid = AssignmentId(codec.require_id(frame.group_finished.assignment_id, "assignment_id"))
-            self._ack_after(session, seq, lambda now: c.GroupFinished(now, wid, aid))
-        elif kind == "run_environment":
-            m = frame.run_environment
-            run_id = RunId(codec.require_id(m.run_id, "run_id"))
-            measured = codec.decode_manifest(m.components, "the run environment")
-            incarnation = session.incarnation
-            self._ack_after(session, seq, lambda now: c.RunEnvironmentMeasured(now, wid, incarnation, run_id, measured),
-                            refill=True)
-        elif kind == "drain_notice":
-            self._ack_after(session, seq, lambda now: c.WorkerDrained(now, wid))
-        elif kind == "goodbye":
-            self._ack_after(session, seq, lambda now: c.WorkerGone(now, wid))
         elif kind == "dead_letter":
             d = frame.dead_letter
             self.hub.dead_letters.append((wid, d.attempt_id, d.reason[:500]))
@@ -354,15 +326,6 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
             await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
         return out
 
-    def _offered(self, session: Session, seq: int, r: Any, report: Any) -> None:
-        """A result the worker kept and offers again after the coordinator's epoch changed."""
-        wid = WorkerId(session.worker_id)
-        attempt_id = AttemptId(codec.require_id(r.attempt_id, "attempt_id"))
-        assignment_id = AssignmentId(codec.require_id(r.assignment_id, "assignment_id"))
-        generation = r.generation
-        self._ack_after(session, seq, lambda now: c.ResultOffered(now, wid, attempt_id, assignment_id,
-                                                                  generation, report), refill=True)
-
     def _report_batch(self, session: Session, first_seq: int, reports: Any) -> None:
         """Every report of the batch in one actor request, so one group commit; each is acked
         on its own seq after that commit. A report that does not decode is refused alone."""
@@ -372,71 +335,37 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
             raise FrameError(Rejection.MALFORMED_FRAME, f"a report batch of {len(reports)} reports exceeds "
                                                         f"{limits.REPORT_BATCH_REPORTS_MAX}")
         seqs: list[int] = []
-        rows: list[tuple[AttemptId, AssignmentId, int, Any]] = []
+        rows: list[codec.ReportRow] = []
         wire: list[Any] = []  # each report's message: its log record copies it (encode once)
-        decode, require_id = codec.decode_report, codec.require_id
+        wid = WorkerId(session.worker_id)
+        report_row = codec.report_row
         for i, r in enumerate(reports):
             seq = first_seq + i
-            message = r.report
             try:
-                report = decode(message)
-                attempt_id = require_id(r.attempt_id, "attempt_id")
-                assignment_id = require_id(r.assignment_id, "assignment_id")
+                row = report_row(r)
             except FrameError as e:
                 self._ack(session, seq, rejected(e.rejection, e.detail))
                 continue
             if r.offered:  # a result offered after a restore is a command of its own
-                self._offered(session, seq, r, report)
+                self._apply(session, Request(make=codec.offered_command(wid, row),
+                                             reply=Reply(session, (seq,), time.perf_counter(), True)))
                 continue
             seqs.append(seq)
-            rows.append((attempt_id, assignment_id, r.generation, report))  # type: ignore[arg-type]
-            wire.append(message)
-        if not rows:
-            return
-        received = time.perf_counter()
+            rows.append(row)
+            wire.append(r.report)
+        if rows:
+            self._apply(session, Request(reports=Reports(wid, rows, wire),
+                                         reply=Reply(session, tuple(seqs), time.perf_counter(), True, batch=True)))
 
-        def done(transitions: list[Transition]) -> None:
-            acks = [(seq, t.outcome) for seq, t in zip(seqs, transitions)]
-            if session.batch_acks:  # every protocol that sends a ReportBatch does
-                for _, outcome in acks:
-                    self._count(outcome)
-                for frame in codec.ack_batch_frames(acks):
-                    session.send(frame)
-            else:
-                for seq, outcome in acks:
-                    self._ack(session, seq, outcome)
-            self._observe_refills(session, transitions, received)
-
+    def _apply(self, session: Session, request: Request) -> None:
+        """A worker frame's command to the actor; its Ack follows the commit (`request.reply`,
+        Hub.answer), or at once a rejection the worker resends when the actor is overloaded."""
         try:
-            self.actor.submit(Request(reports=Reports(WorkerId(session.worker_id), rows, wire), done=done))
+            self.actor.submit(request)
         except Overloaded:
-            for seq in seqs:
+            assert request.reply is not None
+            for seq in request.reply.seqs:
                 self._ack(session, seq, rejected(session.overloaded, "coordinator overloaded: resend"))
-
-    def _observe_refills(self, session: Session, transitions: Iterable[Transition], received: float) -> None:
-        """One `slot_refill` observation per group pushed to this worker by these transitions: a
-        frame that ends two groups refills two slots (counted once before, so the count could
-        fall short of the refills)."""
-        worker_id = session.worker_id
-        pushes = sum(1 for t in transitions for e in t.effects
-                     if type(e) is PushAssignment and e.worker_id == worker_id)
-        if pushes:
-            took = time.perf_counter() - received
-            for _ in range(pushes):
-                self.metrics.slot_refill.observe(took)
-
-    def _ack_after(self, session: Session, seq: int, make: Callable[[int], object], *, refill: bool = False) -> None:
-        received = time.perf_counter()
-
-        def done(t: Transition) -> None:
-            self._ack(session, seq, t.outcome)
-            if refill:
-                self._observe_refills(session, (t,), received)
-
-        try:
-            self.actor.submit(Request(make=make, done=done))
-        except Overloaded:
-            self._ack(session, seq, rejected(session.overloaded, "coordinator overloaded: resend"))
 
 
 COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name

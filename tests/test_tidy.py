@@ -569,3 +569,48 @@ def test_fleetctl_checks_fail_on_a_planted_cycle_and_upward_imports(tmp_path):
     assert any(p.startswith("tools.fleetctl.commands.results:2 imports tools.fleetctl.commands.status")
                for p in problems)
     assert not any(p.startswith("tools.fleetctl.cli") for p in problems)
+
+
+# ---- one straight path: only the codec turns a worker's frame into a command ----------------
+
+# The commands a worker's Session frame becomes. In the coordinator outside its core, only
+# coordinator/codec.py may construct them; the services hand the codec's command to the actor
+# and the edge answers it after the commit (issue 25).
+FRAME_COMMANDS = ("CellReported", "ResultOffered", "WorkerRegistered", "GroupFinished",
+                  "RunEnvironmentMeasured", "WorkerGone")
+FRAME_COMMANDS_BUILT_IN = ("coordinator/codec.py",)
+
+
+def frame_command_builders(root: Path) -> list[str]:
+    """`file:line Name` of each call that constructs a frame command outside the codec and the
+    core (`c.CellReported(...)`, `commands.CellReported(...)` or a bare imported name)."""
+    found = []
+    for path in sorted((root / "coordinator").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in FRAME_COMMANDS_BUILT_IN or rel.startswith("coordinator/core/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in FRAME_COMMANDS:
+                found.append(f"{rel}:{node.lineno} {name}")
+    return found
+
+
+def test_only_the_codec_turns_worker_frames_into_commands():
+    assert frame_command_builders(ROOT) == []
+    codec_text = (ROOT / "coordinator" / "codec.py").read_text()
+    assert all(f"c.{name}(" in codec_text for name in FRAME_COMMANDS)
+
+
+def test_the_frame_command_check_fails_on_a_planted_builder(tmp_path):
+    _plant(tmp_path, {
+        "coordinator/codec.py": "def f(c):\n    return c.CellReported(1)\n",
+        "coordinator/core/machine.py": "def g(c):\n    return c.GroupFinished(1)\n",
+        "coordinator/worker_service.py": "from coordinator.core.commands import WorkerGone\n\n"
+                                         "def h(c):\n    return c.CellReported(1), WorkerGone(2)\n",
+    })
+    assert frame_command_builders(tmp_path) == ["coordinator/worker_service.py:4 CellReported",
+                                                "coordinator/worker_service.py:4 WorkerGone"]

@@ -6,23 +6,37 @@ frame.)"""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 from common.ids import AssignmentId, GroupId, RunId, WorkerId
+from coordinator.actor import Reply
 from coordinator.core.effects import ACCEPTED, Emit, PushAssignment, Transition
-from coordinator.metrics import Metrics
-from coordinator.worker_service import CoordinatorServicer
+from coordinator.edge import Hub
 
 
 def push(worker: str, aid: str) -> PushAssignment:
     return PushAssignment(WorkerId(worker), RunId("r1"), AssignmentId(aid), 1, GroupId("g"), (), 0)
 
 
+class _Session:
+    worker_id = "w1"
+    batch_acks = True
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send(self, frame: object) -> bool:
+        self.sent.append(frame)
+        return True
+
+
 def refills(transitions: list[Transition]) -> float:
-    servicer = SimpleNamespace(metrics=Metrics())
-    CoordinatorServicer._observe_refills(servicer, SimpleNamespace(worker_id="w1"), transitions,  # type: ignore[arg-type]
-                                         time.perf_counter())
-    return servicer.metrics.registry.get_sample_value("fleet_slot_refill_seconds_count")
+    """The refills the edge counts when it answers a ReportBatch of these transitions (its
+    Acks are sent too, one AckBatch, whatever the count)."""
+    hub, session = Hub(), _Session()
+    hub.answer(Reply(session, tuple(range(1, len(transitions) + 1)), time.perf_counter(), refill=True, batch=True),
+               transitions)
+    assert len(session.sent) == (1 if transitions else 0)
+    return hub.metrics.registry.get_sample_value("fleet_slot_refill_seconds_count")
 
 
 def test_each_push_to_the_reporting_worker_is_one_refill():

@@ -86,9 +86,10 @@ GOODBYE_ACK_TIMEOUT_MS = 2_000
 # the next heartbeat.
 RUN_OFFERS_QUEUED_MAX = 64
 # The protocol's revisions are protos/fleet/v1/common.proto `ProtocolRevision`. This worker
-# speaks 5 (which implies 2 to 4): it finishes an assignment without GroupFinished once a
-# coordinator of 5 acknowledged all its cells.
-PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_COMPLETION_BY_REPORTS
+# speaks 6 (which implies 2 to 5): it finishes an assignment without GroupFinished once a
+# coordinator of 5 acknowledged all its cells, and resends what an overloaded coordinator
+# refused OVERLOADED (as it resends STORAGE_FULL, which an older coordinator answers instead).
+PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_OVERLOADED
 # A coordinator whose Welcome says this or more takes ReportBatch.
 REPORT_BATCH_PROTOCOL_VERSION = common_pb2.PROTOCOL_REVISION_REPORT_BATCH
 # A coordinator whose Welcome says this or more releases an assignment at the commit of its last

@@ -120,7 +120,9 @@ _UPLOAD_RESTARTABLE = frozenset({
 # "Nothing was changed, resend": the coordinator's disk is full or its actor is overloaded.
 # Asked to send again later: the coordinator's disk is full, or a result offered after a
 # restore came before this worker measured the run on the stream.
-_TRANSIENT = frozenset({common_pb2.REJECTION_REASON_STORAGE_FULL, common_pb2.REJECTION_REASON_NOT_YET_MEASURED})
+# Refusals of a frame that say "later": resent after a backoff, never dead-lettered.
+_TRANSIENT = frozenset({common_pb2.REJECTION_REASON_STORAGE_FULL, common_pb2.REJECTION_REASON_OVERLOADED,
+                        common_pb2.REJECTION_REASON_NOT_YET_MEASURED})
 
 log = structlog.get_logger("worker.session")
 

@@ -17,7 +17,7 @@ R = common_pb2.ProtocolRevision
 
 
 def test_the_coordinator_and_the_worker_read_their_revisions_from_the_proto():
-    assert codec.PROTOCOL_VERSION == R.Value("PROTOCOL_REVISION_COMPLETION_BY_REPORTS") == 5
+    assert codec.PROTOCOL_VERSION == R.Value("PROTOCOL_REVISION_OVERLOADED") == 6
     assert codec.ACK_BATCH_PROTOCOL_VERSION == R.Value("PROTOCOL_REVISION_ACK_BATCH")
     assert codec.RUN_OFFER_PROTOCOL_VERSION == R.Value("PROTOCOL_REVISION_RUN_OFFER")
     assert codec.REPORT_BATCH_PROTOCOL_VERSION == codec.BUNDLE_PROTOCOL_VERSION == \
@@ -39,5 +39,5 @@ def test_an_overload_is_refused_overloaded_only_to_a_worker_that_knows_the_reaso
     assert codec.overload_rejection(knows) == codec.overload_rejection(knows + 1) == Rejection.OVERLOADED
     for older in range(R.Value("PROTOCOL_REVISION_RUN_OFFER"), knows):
         assert codec.overload_rejection(older) == Rejection.STORAGE_FULL  # which every older worker resends
-    # The Python worker of this tree speaks an older revision: its answers are unchanged.
-    assert codec.overload_rejection(worker_config.PROTOCOL_VERSION) == Rejection.STORAGE_FULL
+    # The Python worker of this tree knows it (and resends it: tests/unit/test_worker_session.py).
+    assert codec.overload_rejection(worker_config.PROTOCOL_VERSION) == Rejection.OVERLOADED

@@ -73,6 +73,7 @@ class FakeCoordinator(coordinator_pb2_grpc.CoordinatorServicer):
         self.cut_on_report = False  # cut the stream on the next report, unacked
         self.report_outcome = common_pb2.ACK_OUTCOME_ACCEPTED
         self.reject_reports_with = 0  # a RejectionReason: refuse every report with it
+        self.refuse_reports_first: list[int] = []  # RejectionReasons: refuse the next report sends with these
         self.mismatch_final_chunks = 0  # refuse this many final chunks with DIGEST_MISMATCH
         self.heartbeat_interval_ms = 50
         self.protocol_version = 0  # the Welcome's; 4 lets the worker send ReportBatch
@@ -182,6 +183,9 @@ class FakeCoordinator(coordinator_pb2_grpc.CoordinatorServicer):
                 return
             if self.hold_reports:
                 return
+            if self.refuse_reports_first:
+                return self._ack(st, f.seq, common_pb2.ACK_OUTCOME_REJECTED, rejection=self.refuse_reports_first.pop(0),
+                                 detail="coordinator overloaded: resend")
             if self.reject_reports_with:
                 return self._ack(st, f.seq, common_pb2.ACK_OUTCOME_REJECTED, rejection=self.reject_reports_with,
                                  detail="score without valid verification")
@@ -792,6 +796,32 @@ def test_a_refused_upload_restarts_and_a_refused_report_is_dead_lettered(tmp_pat
             assert await w.drain() is Ended.DRAINED
         with reopen(config) as st:
             assert st.depth == 0 and [d.entry.attempt_id for d in st.dead_letters()] == [attempt]
+
+    asyncio.run(go())
+
+
+def test_an_overloaded_or_full_coordinator_gets_the_report_again_not_a_dead_letter(tmp_path: Path) -> None:
+    """OVERLOADED (protocol 6, which this worker's hello names) and STORAGE_FULL say "later":
+    the report is sent again after a backoff until it is accepted; nothing is dead-lettered."""
+    async def go() -> None:
+        fake = FakeCoordinator()
+        fake.protocol_version = common_pb2.PROTOCOL_REVISION_OVERLOADED
+        fake.refuse_reports_first = [common_pb2.REJECTION_REASON_OVERLOADED, common_pb2.REJECTION_REASON_OVERLOADED,
+                                     common_pb2.REJECTION_REASON_STORAGE_FULL]
+        async with serving(fake) as port:
+            config = make_config(tmp_path, port)
+            w = Worker(config, FakeExecutor(files=False))
+            await eventually(lambda: fake.streams, "a stream")
+            assert fake.current.hello.protocol_version == common_pb2.PROTOCOL_REVISION_OVERLOADED
+            push = make_push(subjects=("s1",))
+            fake.send(Frame(assignment=push))
+            attempt = push.cells[0].attempt_id
+            await eventually(lambda: attempt in fake.reports, "the report accepted", timeout_s=20)
+            assert fake.report_sends[attempt] == 4, "refused three times, then accepted"
+            assert fake.all("dead_letter") == []
+            assert await w.drain() is Ended.DRAINED
+        with reopen(config) as st:
+            assert st.depth == 0 and st.dead_letters() == []
 
     asyncio.run(go())
 

@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+import lmdb
 import pytest
 
 from tests.integration.harness import FAST_POLICY, INTBENCH, Cluster, expected_score, intbench_spec
@@ -106,6 +107,17 @@ def executions(log: Path) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.crash
+def outbox_depth(state_dir: Path) -> int:
+    """Reports in a running worker's outbox, read beside it (LMDB takes readers of other
+    processes)."""
+    env = lmdb.open(str(state_dir / "db"), readonly=True, max_dbs=16, subdir=True)
+    try:
+        with env.begin() as txn:
+            return txn.stat(env.open_db(b"outbox", txn=txn, create=False))["entries"]
+    finally:
+        env.close()
+
+
 def test_worker_killed_mid_group_keeps_finished_cells_and_retries_the_rest(cluster: Cluster, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
     spec = intbench_spec(2, ("medium", "hang"), cap=2)
@@ -131,7 +143,10 @@ def test_worker_killed_mid_group_keeps_finished_cells_and_retries_the_rest(clust
         while len(lines("done", "medium")) < 2:
             assert time.monotonic() < deadline, cluster.tails()
             time.sleep(0.02)
-        time.sleep(0.3)  # the outcomes reach the durable outbox
+        # The outcomes reach the durable outbox (a fixed sleep was too short on a loaded machine).
+        while outbox_depth(cluster.root / "workers" / "w1") < 2:
+            assert time.monotonic() < deadline, cluster.tails()
+            time.sleep(0.02)
         worker.kill9()
     finally:
         os.kill(cluster.coordinator.pid, signal.SIGCONT)

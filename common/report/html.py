@@ -43,7 +43,14 @@ from typing import Any, Iterable
 
 from common.report.names import STATUS_NAMES
 from common.report.shapes import shown_providers
-from common.report.stats import Estimate, describe, paired_differences, subject_stats
+from common.report.stats import (
+    Estimate,
+    PairedDifference,
+    SubjectStats,
+    describe,
+    paired_differences,
+    subject_stats,
+)
 
 KINDS = ("selected", "retried", "late", "lost")
 ENTRY_KEYS = ("kind", "worker_id", "assignment_id", "task", "repetition", "subject", "cell_id", "attempt_id",
@@ -531,7 +538,12 @@ def _est_text(e: Estimate, percent: bool = False) -> str:
 def render_scores(cells: list[dict], score_range: list[float] | None = None) -> tuple[str, int]:
     """With a declared score range the axis is that range (every interval is inside it);
     without one, it spans [0, 1] and whatever the intervals reach beyond."""
-    stats = subject_stats(cells, score_range)
+    return render_scores_of(subject_stats(cells, score_range), paired_differences(cells, score_range), score_range)
+
+
+def render_scores_of(stats: list[SubjectStats], diffs: list[PairedDifference],
+                     score_range: list[float] | None = None) -> tuple[str, int]:
+    """render_scores from the statistics themselves (StreamingStats gives the same ones)."""
     if score_range is not None:
         lo, hi = float(score_range[0]), float(score_range[1])
     else:
@@ -554,7 +566,6 @@ def render_scores(cells: list[dict], score_range: list[float] | None = None) -> 
                   f'Intervals: mean score: {esc(describe(stats[0].score))}; pass rate: '
                   f'{esc(describe(stats[0].pass_rate))}'
                   + ("" if score_range is not None else "; the spec declares no benchmark.scoreRange") + '.</p>')
-    diffs = paired_differences(cells, score_range)
     if diffs:
         if score_range is not None:  # a difference of two in-range scores
             bound = float(score_range[1]) - float(score_range[0])
@@ -572,11 +583,26 @@ def render_scores(cells: list[dict], score_range: list[float] | None = None) -> 
     return table, len(stats)
 
 
-def render_cost(cells: list[dict], summary: dict) -> str:
+def cost_facts(cells: list[dict]) -> dict:
+    """What the cost section sums over the cells (the same additions, in the cells' order)."""
     selected = [c for c in cells if c["state"] == "selected"]
     known = [c["cost_usd"] for c in selected if c.get("cost_usd") is not None]
-    unknown = len(selected) - len(known)
-    sel_cost = round(sum(known), 9)
+    # Work paid for more than once: cells whose subject ran in two or more attempts (late reports
+    # too), and the known cost of every execution but the one that counts. From the cells, as the
+    # throttled count: the whole listing, whatever its pages.
+    return {"selected": len(selected), "known": len(known), "selected_cost_usd": sum(known),
+            "executed_twice": sum(1 for c in cells if (c.get("executions") or 0) > 1),
+            "extra_cost_usd": sum(float(c.get("extra_execution_cost_usd") or 0.0) for c in cells)}
+
+
+def render_cost(cells: list[dict], summary: dict) -> str:
+    return render_cost_of(cost_facts(cells), summary)
+
+
+def render_cost_of(facts: dict, summary: dict) -> str:
+    """render_cost from its sums (cost_facts)."""
+    unknown = facts["selected"] - facts["known"]
+    sel_cost = round(facts["selected_cost_usd"], 9)
     observed = float(summary.get("observed_cost_usd") or 0.0)
     other = max(0.0, round(observed - sel_cost, 9))
     complete = bool(summary.get("usage_complete"))
@@ -592,13 +618,10 @@ def render_cost(cells: list[dict], summary: dict) -> str:
              'unknown, not zero</p>')
     unknown_note = (f'<p class="note" id="selected-cost-unknown" data-cells="{unknown}">{unknown} selected '
                     f'result(s) report no cost: unknown, not counted as zero.</p>' if unknown else "")
-    # Work paid for more than once: cells whose subject ran in two or more attempts (late reports
-    # too), and the known cost of every execution but the one that counts. From the cells, as the
-    # throttled count: the whole listing, whatever its pages.
-    twice = sum(1 for c in cells if (c.get("executions") or 0) > 1)
-    extra = round(sum(float(c.get("extra_execution_cost_usd") or 0.0) for c in cells), 9)
+    twice = facts["executed_twice"]
+    extra = round(facts["extra_cost_usd"], 9)
     return (f'<dl class="facts"><dt>selected results</dt><dd><span id="cost-selected" data-usd="{sel_cost!r}">'
-            f'{_usd(sel_cost)}</span> over {len(known)} of {len(selected)} selected cells</dd>'
+            f'{_usd(sel_cost)}</span> over {facts["known"]} of {facts["selected"]} selected cells</dd>'
             f'<dt>all observed</dt><dd><span id="cost-observed" data-usd="{observed!r}">{_usd(observed)}</span> '
             f'(retries, late and exhausted attempts included)</dd>'
             f'<dt>not in the selected results</dt><dd><span id="cost-other" data-usd="{other!r}">{_usd(other)}</span>'
@@ -635,11 +658,16 @@ def render_incomplete(cells: list[dict], rows_max: int | None = None) -> tuple[s
     reasons: dict[str, int] = {}
     for c in rows:
         reasons[c.get("incomplete_reason") or c["state"]] = reasons.get(c.get("incomplete_reason") or c["state"], 0) + 1
-    if not rows:
+    return render_incomplete_of(reasons, rows if rows_max is None else rows[:rows_max], len(rows))
+
+
+def render_incomplete_of(reasons: dict[str, int], shown: list[dict], total: int) -> tuple[str, int]:
+    """render_incomplete from the reasons counted, the cells shown (the first ones) and how many
+    cells are incomplete in all."""
+    if not total:
         return ('<p id="no-incomplete" data-cells-incomplete="0">Every cell has a selected result.</p>', 0)
     summary = "".join(f'<li data-reason="{esc(r)}" data-count="{n}"><b>{n}</b> {esc(r)}</li>'
                       for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-    shown = rows if rows_max is None else rows[:rows_max]
     has_detail = any(c.get("incomplete_detail") for c in shown)
     body = "".join(
         f'<tr data-cell-id="{esc(c["cell_id"])}" data-reason="{esc(c.get("incomplete_reason") or c["state"])}">'
@@ -652,10 +680,10 @@ def render_incomplete(cells: list[dict], rows_max: int | None = None) -> tuple[s
             + ("<th>last report said</th>" if has_detail else "") + "</tr>")
     return (f'<p class="note">Incomplete cells are not counted as zero: they have no score.</p>'
             f'<ul id="incomplete-reasons" class="reasons">{summary}</ul>'
-            f'<table id="incomplete-cells" data-cells-incomplete="{len(rows)}"><thead>{head}</thead>'
+            f'<table id="incomplete-cells" data-cells-incomplete="{total}"><thead>{head}</thead>'
             f'<tbody>{body}</tbody></table>'
-            + (f'<p class="note" id="incomplete-more" data-more="{len(rows) - len(shown)}">and {len(rows) - len(shown)} '
-               'more (the cells table pages them)</p>' if len(shown) < len(rows) else ""), len(rows))
+            + (f'<p class="note" id="incomplete-more" data-more="{total - len(shown)}">and {total - len(shown)} '
+               'more (the cells table pages them)</p>' if len(shown) < total else ""), total)
 
 
 CSS = """
@@ -737,34 +765,46 @@ def _spend_fact(summary: dict, run: dict) -> str:
             f' data-cap-reached="{"true" if cap and observed >= cap else "false"}">{text}</dd>')
 
 
+def overview_counts(cells: list[dict]) -> dict:
+    """What the run's counts sum over the cells."""
+    return {"cells": len(cells), "selected": sum(1 for c in cells if c["state"] == "selected"),
+            "retried_cells": sum(1 for c in cells if (c.get("attempts") or 0) > 1),
+            "attempts": sum(c.get("attempts") or 0 for c in cells),
+            # Throttled attempts are neither outcomes nor attempts: counted apart, from the cells.
+            "throttled": sum(int(c.get("throttled") or 0) for c in cells),
+            "executed_twice": sum(1 for c in cells if (c.get("executions") or 0) > 1)}
+
+
+def timeline_kinds(timeline: list[dict]) -> dict[str, int]:
+    """The timeline's entries that are not selected results, by kind."""
+    return {k: sum(1 for e in timeline if e["kind"] == k) for k in KINDS if k != "selected"}
+
+
 def render_overview(results: dict, status: dict, timeline: list[dict], lanes: Lanes, tstats: dict,
                     n_subjects: int) -> str:
     """The run's counts and facts (state, spend, concurrency, dispatch order, extra evidence):
     the top of the report and of the console's run page."""
-    cells = results["cells"]
-    summary = results["summary"]
+    return render_overview_of(overview_counts(results["cells"]), results["summary"], status, timeline_kinds(timeline),
+                              lanes, tstats, n_subjects)
+
+
+def render_overview_of(n: dict, summary: dict, status: dict, extra: dict[str, int], lanes: Lanes, tstats: dict,
+                       n_subjects: int) -> str:
+    """render_overview from its counts (overview_counts, timeline_kinds)."""
     runs = status.get("runs") or []
     run = runs[0] if len(runs) == 1 else {}
-    n_selected = sum(1 for c in cells if c["state"] == "selected")
-    n_incomplete = len(cells) - n_selected
-    retried_cells = sum(1 for c in cells if (c.get("attempts") or 0) > 1)
-    attempts_total = sum(c.get("attempts") or 0 for c in cells)
     workers_drawn = sum(1 for w in lanes.workers if w[3])
-    extra = {k: sum(1 for e in timeline if e["kind"] == k) for k in KINDS if k != "selected"}
     state = summary.get("state") or run.get("state") or "unspecified"
     blocked = summary.get("blocked_reason") or ""
     paused = (run.get("pause_reason") or "") if state == "paused" else ""
-    # Throttled attempts are neither outcomes nor attempts: counted apart, from the cells.
-    throttled = sum(int(c.get("throttled") or 0) for c in cells)
     counts = [
-        ("count-cells", len(cells), "cells"), ("count-selected", n_selected, "selected"),
-        ("count-incomplete", n_incomplete, "incomplete"), ("count-subjects", n_subjects, "subjects"),
+        ("count-cells", n["cells"], "cells"), ("count-selected", n["selected"], "selected"),
+        ("count-incomplete", n["cells"] - n["selected"], "incomplete"), ("count-subjects", n_subjects, "subjects"),
         ("count-workers", workers_drawn, "workers used"), ("count-groups", tstats["bars"], "group dispatches drawn"),
-        ("count-retried-cells", retried_cells, "cells retried"), ("count-attempts", attempts_total, "attempts"),
+        ("count-retried-cells", n["retried_cells"], "cells retried"), ("count-attempts", n["attempts"], "attempts"),
         ("count-late", int(summary.get("late_reports") or 0), "late reports"),
-        ("count-throttled", throttled, "throttled attempts"),
-        ("count-executed-twice", sum(1 for c in cells if (c.get("executions") or 0) > 1),
-         "cells executed more than once"),
+        ("count-throttled", n["throttled"], "throttled attempts"),
+        ("count-executed-twice", n["executed_twice"], "cells executed more than once"),
     ]
     counts_html = "".join(f'<li><b id="{cid}" data-count="{n}">{n}</b><span class="label">{esc(label)}</span></li>'
                           for cid, n, label in counts)
@@ -789,9 +829,13 @@ def render_overview(results: dict, status: dict, timeline: list[dict], lanes: La
 def render_timeline_section(results: dict, timeline: list[dict], lanes: Lanes, tstats: dict,
                             timeline_html: str) -> str:
     """The timeline and what it could not draw."""
-    cells = results["cells"]
-    attempts_total = sum(c.get("attempts") or 0 for c in cells)
-    hidden = max(0, attempts_total - sum(1 for e in timeline if e.get("worker_id")))
+    return render_timeline_section_of(sum(c.get("attempts") or 0 for c in results["cells"]),
+                                      sum(1 for e in timeline if e.get("worker_id")), timeline_html)
+
+
+def render_timeline_section_of(attempts_total: int, drawn: int, timeline_html: str) -> str:
+    """render_timeline_section from the run's attempts and the timeline's entries with a worker."""
+    hidden = max(0, attempts_total - drawn)
     if hidden:
         timeline_html += (f'<p class="note" id="attempts-not-drawn" data-attempts="{hidden}">{hidden} of '
                           f'{attempts_total} attempts are not drawn: the admin API lists only the selected attempt '

@@ -1,7 +1,9 @@
 """The console's pages as HTML: pure functions of the dicts the Admin API's reads give
-(common/report/shapes.py), the sections of the static report where it has them
-(common/report/html.py: counts, facts, timeline, scores, cost, providers, incomplete reasons),
-and the console's own (the fleet, the matrix, paged tables, a cell's attempts, the actions).
+(common/report/shapes.py) and, for a run's heavy part, of the run's view (runview.py: the sums,
+counts and few cells it draws, the same from the coordinator's ReadRunPage as from a full
+listing), the sections of the static report where it has them (common/report/html.py: counts,
+facts, timeline, scores, cost, providers, incomplete reasons), and the console's own (the fleet,
+the matrix, paged tables, a cell's attempts, the actions).
 
 Rules.
 - Pure: no I/O, no clock (the time, when a page shows one, is an argument).
@@ -31,19 +33,18 @@ from common.report.html import (
     _usd,
     esc,
     layout,
-    merge_timeline,
-    render_cost,
-    render_incomplete,
-    render_overview,
+    render_cost_of,
+    render_incomplete_of,
+    render_overview_of,
     render_providers,
-    render_scores,
+    render_scores_of,
     render_timeline,
-    render_timeline_section,
-    timeline_from_results,
+    render_timeline_section_of,
 )
 from common.report.names import STATUS_NAMES
 from common.report.shapes import INCOMPLETE_REASONS, WHERE_KEYS, cell_matches
 from coordinator.console import limits
+from coordinator.console.runview import CELL_CLASSES, RunView, cell_class, cell_matches_filter, from_listing
 
 CONSOLE_CSS = """
 header.top { display: flex; align-items: center; gap: 18px; padding: 10px 24px; background: #24292f; color: #fff; }
@@ -77,26 +78,6 @@ button.danger { color: #cf222e; } #events { font: 12px ui-monospace, monospace; 
 .login { max-width: 420px; margin: 80px auto; } .login input { width: 100%; padding: 6px; }
 pre.artifact { background: var(--panel); border: 1px solid var(--line); padding: 10px; overflow: auto; max-height: 600px; }
 """
-
-CELL_CLASSES = ("pass", "partial", "zero", "unscored", "running", "waiting", "held", "exhausted")
-WAITING_REASONS = ("retry_pending", "not_yet_run")
-HELD_REASONS = ("paused", "blocked", "provider_throttled")
-
-
-def cell_class(c: dict) -> str:
-    """The matrix's colour of a cell: its score once selected, else what it waits for."""
-    if c["state"] == "selected":
-        s = c.get("score")
-        return "unscored" if s is None else ("pass" if s >= 1 else "partial" if s > 0 else "zero")
-    reason = c.get("incomplete_reason") or ""
-    if reason == "running":
-        return "running"
-    if reason in WAITING_REASONS:
-        return "waiting"
-    if reason in HELD_REASONS:
-        return "held"
-    return "exhausted"
-
 
 def shell(title: str, body: str, *, principal: Any = None, run_filter: str = "", live: bool = True) -> str:
     """The page around `body`: the header (who is logged in, the live indicator), the styles and
@@ -255,21 +236,20 @@ def fleet_page(live_html: str, principal: Any) -> str:
 
 # ---- a run ---------------------------------------------------------------------------------
 
-def _matrix(run_id: str, cells: list[dict]) -> str:
-    subjects: dict[str, int] = {}
-    groups: dict[tuple[str, int], int] = {}
-    for c in cells:
-        subjects.setdefault(c["subject"], len(subjects))
-        groups.setdefault((c["task"], c["repetition"]), len(groups))
+def _matrix(run_id: str, view: RunView) -> str:
+    subjects = view.subjects
     n_sub = len(subjects)
     legend = ('<ul class="legend">' + "".join(f'<li><span class="m {k}" style="display:inline-block"></span> {k}</li>'
                                              for k in CELL_CLASSES)
               + '<li><span class="m pass twice" style="display:inline-block"></span> executed more than once</li></ul>')
     head = '<span class="rl"></span>' + "".join(f'<span class="ch" title="{esc(s)}">{esc(s)}</span>' for s in subjects)
-    if len(cells) <= limits.MATRIX_CELLS_MAX:
-        grid = [[None] * n_sub for _ in range(len(groups))]
+    if view.matrix_cells is not None:
+        cells = view.matrix_cells
+        groups = {key: i for i, key in enumerate(view.groups)}
+        column = {s: i for i, s in enumerate(subjects)}
+        grid: list[list[dict | None]] = [[None] * n_sub for _ in range(len(groups))]
         for c in cells:
-            grid[groups[(c["task"], c["repetition"])]][subjects[c["subject"]]] = c
+            grid[groups[(c["task"], c["repetition"])]][column[c["subject"]]] = c
         parts = []
         for (task, rep), gi in groups.items():
             parts.append(f'<span class="rl">{esc(task)}{"" if rep in (0, None) and len(groups) == len({t for t, _ in groups}) else f" r{rep}"}</span>')
@@ -285,56 +265,37 @@ def _matrix(run_id: str, cells: list[dict]) -> str:
                              f'data-cell="{esc(c["cell_id"])}" data-class="{cls.split()[0]}" '
                              f'data-worker="{esc(c.get("worker_id") or "")}" title="{esc(title)}"></a>')
         return (f'<p class="note">Task × repetition (rows) by subject (columns), one square a cell.</p>{legend}'
-                f'<div class="matrix" id="matrix" data-mode="cells" data-cells="{len(cells)}" '
+                f'<div class="matrix" id="matrix" data-mode="cells" data-cells="{view.cells_total}" '
                 f'style="grid-template-columns: max-content repeat({n_sub}, 14px)">{head}{"".join(parts)}</div>')
-    per_row = math.ceil(len(groups) / limits.MATRIX_ROWS_MAX)
-    buckets: list[list[Counter]] = [[Counter() for _ in range(n_sub)] for _ in range(math.ceil(len(groups) / per_row))]
-    labels: list[list[str]] = [[] for _ in buckets]
-    for (task, _rep), gi in groups.items():
-        if not labels[gi // per_row] or labels[gi // per_row][-1] != task:
-            labels[gi // per_row].append(task)
-    for c in cells:
-        b = groups[(c["task"], c["repetition"])] // per_row
-        buckets[b][subjects[c["subject"]]][cell_class(c)] += 1
     parts = []
-    names = list(subjects)
-    for b, row in enumerate(buckets):
-        lab = labels[b]
+    empty: Counter = Counter()
+    for b, row in enumerate(view.buckets):
+        lab = view.labels[b]
         parts.append(f'<span class="rl">{esc(lab[0])}{"–" + esc(lab[-1]) if len(lab) > 1 else ""}</span>')
-        for si, counts in enumerate(row):
+        for si in range(n_sub):
+            counts = row.get(si, empty)
             n = sum(counts.values()) or 1
             bars = "".join(f'<i class="{k}" style="width:{100 * counts[k] / n:.1f}%"></i>'
                            for k in CELL_CLASSES if counts[k] and k != "waiting")
-            title = f"{names[si]}: " + ", ".join(f"{counts[k]} {k}" for k in CELL_CLASSES if counts[k])
+            title = f"{subjects[si]}: " + ", ".join(f"{counts[k]} {k}" for k in CELL_CLASSES if counts[k])
             parts.append(f'<span class="agg" title="{esc(title)}">{bars}</span>')
-    return (f'<p class="note" id="matrix-aggregated">{len(cells)} cells: each row aggregates {per_row} consecutive task '
-            f'groups (a bar per subject: the share of its cells in each state; grey is waiting).</p>{legend}'
-            f'<div class="matrix" id="matrix" data-mode="aggregated" data-cells="{len(cells)}" data-rows="{len(buckets)}" '
-            f'style="grid-template-columns: max-content repeat({n_sub}, 60px)">{head}{"".join(parts)}</div>')
+    return (f'<p class="note" id="matrix-aggregated">{view.cells_total} cells: each row aggregates {view.per_row} '
+            f'consecutive task groups (a bar per subject: the share of its cells in each state; grey is waiting).</p>'
+            f'{legend}<div class="matrix" id="matrix" data-mode="aggregated" data-cells="{view.cells_total}" '
+            f'data-rows="{len(view.buckets)}" style="grid-template-columns: max-content repeat({n_sub}, 60px)">'
+            f'{head}{"".join(parts)}</div>')
 
 
 def filter_cells(cells: list[dict], f: dict[str, str]) -> list[dict]:
-    """The cells table's filter: state (selected, incomplete or a matrix class), reason,
-    subject, worker, task; every key given must match."""
-    out = []
-    for c in cells:
-        if f.get("state") and f["state"] not in (c["state"], cell_class(c)):
-            continue
-        if f.get("reason") and (c.get("incomplete_reason") or "") != f["reason"]:
-            continue
-        if any(f.get(k) and (c.get(field) or "") != f[k] for k, field in
-               (("subject", "subject"), ("worker", "worker_id"), ("task", "task"))):
-            continue
-        out.append(c)
-    return out
+    """The cells table's filter (runview.cell_matches_filter) over a list of cells."""
+    return [c for c in cells if cell_matches_filter(c, f)]
 
 
-def _cells_table(run_id: str, cells: list[dict], f: dict[str, str], page: int, principal: Any) -> str:
-    chosen = filter_cells(cells, f)
-    pages = max(1, math.ceil(len(chosen) / limits.TABLE_ROWS_MAX))
-    page = min(max(0, page), pages - 1)
+def _cells_table(run_id: str, view: RunView, f: dict[str, str], principal: Any) -> str:
+    pages = max(1, math.ceil(view.table_matched / limits.TABLE_ROWS_MAX))
+    page = view.table_page
     rows = []
-    for c in chosen[page * limits.TABLE_ROWS_MAX:(page + 1) * limits.TABLE_ROWS_MAX]:
+    for c in view.table_rows:
         retry = (_button_form(principal, f"/runs/{quote(run_id)}/cells/{quote(c['cell_id'])}/retry", "retry",
                               f"retry-{c['cell_id']}") if principal.can_act and c["state"] == "incomplete" else "")
         rows.append(f'<tr data-cell-id="{esc(c["cell_id"])}" data-state="{esc(c["state"])}" data-class="{cell_class(c)}">'
@@ -344,16 +305,14 @@ def _cells_table(run_id: str, cells: list[dict], f: dict[str, str], page: int, p
                     f'<td>{esc(c.get("worker_id") or "")}</td><td class="n">{c.get("attempts") or 0}</td>'
                     f'<td class="n">{_usd(c.get("cost_usd")) if c["state"] == "selected" else ""}</td><td>{retry}</td></tr>')
     params = {k: v for k, v in f.items() if v}
-    return (f'<table id="cells" class="list" data-cells="{len(chosen)}"><thead><tr><th>cell</th><th>state</th>'
+    return (f'<table id="cells" class="list" data-cells="{view.table_matched}"><thead><tr><th>cell</th><th>state</th>'
             '<th>score</th><th>status / reason</th><th>worker</th><th>attempts</th><th>cost</th><th></th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
             + _pager(f"/runs/{run_id}", params, page, pages, "cells-section"))
 
 
-def _retries_and_refusals(attempts: list[Any], status: dict, run_id: str) -> str:
-    kinds = Counter(a.kind for a in attempts)
-    causes = Counter(STATUS_NAMES.get(a.status, "unspecified") for a in attempts if a.kind == "retried")
-    lost_by_worker = Counter(a.worker_id for a in attempts if a.kind == "lost")
+def _retries_and_refusals(view: RunView, status: dict, run_id: str) -> str:
+    kinds, causes, lost_by_worker = view.attempt_kinds, view.retry_causes, view.lost_by_worker
     refused = [w for w in status.get("workers") or [] if w.get("refusal") and w["refusal"]["run_id"] == run_id]
     kinds_html = "".join(f'<li data-kind="{esc(k)}" data-count="{n}"><b>{n}</b> {esc(k)}</li>'
                          for k, n in sorted(kinds.items()))
@@ -387,48 +346,48 @@ def _environment(run: dict) -> str:
 
 def run_live(run_id: str, results: dict, status: dict, attempts: list[Any], f: dict[str, str], page: int,
              eta_s: float | None, principal: Any, refresh_ms: int) -> str:
-    cells = results["cells"]
-    summary = results["summary"]
+    """The heavy part from a full listing (GetResults' cells, ListAttempts' records)."""
+    return run_live_view(run_id, from_listing(results, attempts, f, page), status, f, eta_s, principal, refresh_ms)
+
+
+def run_live_view(run_id: str, view: RunView, status: dict, f: dict[str, str], eta_s: float | None, principal: Any,
+                  refresh_ms: int) -> str:
+    """The heavy part (#live) from the run's view (coordinator/console/runview.py): the same page
+    for a run of any size, at the cost of what it shows."""
+    summary = view.summary
     runs = status.get("runs") or []
     run = runs[0] if runs else {}
-    timeline = timeline_from_results(results)
-    if attempts:
-        from common.report.html import attempts_from_records
-        timeline = merge_timeline(timeline, attempts_from_records(attempts))
-    subject_order: dict[str, int] = {}
-    for c in cells:
-        subject_order.setdefault(c["subject"], len(subject_order))
-    groups_dispatched = len({(e.get("worker_id"), e.get("assignment_id") or e.get("cell_id")) for e in timeline})
-    if len(timeline) <= limits.TIMELINE_CELLS_MAX:
-        lanes = layout(timeline, status, subject_order)
+    subject_order = {s: i for i, s in enumerate(view.subjects)}
+    if view.timeline is not None:
+        lanes = layout(view.timeline, status, subject_order)
         timeline_html, tstats = render_timeline(lanes, int(summary.get("late_reports") or 0))
-        timeline_section = render_timeline_section(results, timeline, lanes, tstats, timeline_html)
+        timeline_section = render_timeline_section_of(view.counts["attempts"], view.timeline_with_worker,
+                                                      timeline_html)
     else:
         lanes = layout([], status, subject_order)
-        tstats = {"bars": groups_dispatched}
+        tstats = {"bars": view.groups_dispatched}
         timeline_section = (f'<section id="timeline"><h2>Timeline per worker slot</h2><p class="note" id="timeline-omitted" '
-                            f'data-groups="{groups_dispatched}" data-attempts="{len(timeline)}">{len(timeline)} attempts in '
-                            f'{groups_dispatched} group dispatches: more than the {limits.TIMELINE_CELLS_MAX} attempts '
-                            'the console draws; <code>fleetctl report {esc(run_id)} --html '
-                            'FILE</code> draws them all.</p></section>')
-    scores_html, n_subjects = render_scores(cells, summary.get("score_range"))
-    incomplete_html, _ = render_incomplete(cells, rows_max=20)
-    groups = run.get("groups") or {}
-    total = len(cells)
+                            f'data-groups="{view.groups_dispatched}" data-attempts="{view.timeline_entries}">'
+                            f'{view.timeline_entries} attempts in {view.groups_dispatched} group dispatches: more than '
+                            f'the {limits.TIMELINE_CELLS_MAX} attempts the console draws; <code>fleetctl report '
+                            '{esc(run_id)} --html FILE</code> draws them all.</p></section>')
+    scores_html, n_subjects = render_scores_of(view.stats, view.diffs, summary.get("score_range"))
+    incomplete_html, _ = render_incomplete_of(view.incomplete_reasons, view.incomplete_shown, view.incomplete_total)
     selected = summary.get("selected", 0)
     return (f'<div id="live" class="live-part" data-part="1" data-page="run" data-run-id="{esc(run_id)}" '
             f'data-refresh-ms="{refresh_ms}" '
-            f'data-state="{esc(summary.get("state"))}" data-cells-total="{total}" data-cells-selected="{selected}">'
-            + render_overview(results, status, timeline, lanes, tstats, n_subjects)
-            + f'<section id="matrix-section"><h2>Cells</h2>{_matrix(run_id, cells)}</section>'
+            f'data-state="{esc(summary.get("state"))}" data-cells-total="{view.cells_total}" '
+            f'data-cells-selected="{selected}">'
+            + render_overview_of(view.counts, summary, status, view.timeline_kinds, lanes, tstats, n_subjects)
+            + f'<section id="matrix-section"><h2>Cells</h2>{_matrix(run_id, view)}</section>'
             + f'<section id="subjects"><h2>Scores per subject</h2>{SCORES_NOTE}{scores_html}</section>'
-            + f'<section id="retries"><h2>Retries and refusals</h2>{_retries_and_refusals(attempts, status, run_id)}'
+            + f'<section id="retries"><h2>Retries and refusals</h2>{_retries_and_refusals(view, status, run_id)}'
             f'<h3>Incomplete cells</h3>{incomplete_html}</section>'
-            + f'<section id="cost"><h2>Cost: observed against selected</h2>{render_cost(cells, summary)}</section>'
+            + f'<section id="cost"><h2>Cost: observed against selected</h2>{render_cost_of(view.cost, summary)}</section>'
             + render_providers(status.get("providers") or [])
             + timeline_section
             + f'<section id="environment-section"><h2>Environment</h2>{_environment(run)}</section>'
-            + f'<section id="cells-section"><h2>Cells, listed</h2>{_cells_table(run_id, cells, f, page, principal)}</section>'
+            + f'<section id="cells-section"><h2>Cells, listed</h2>{_cells_table(run_id, view, f, principal)}</section>'
             + "</div>")
 
 

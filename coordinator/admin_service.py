@@ -1,6 +1,7 @@
 """The admin service (fleetctl, the console): every call authenticated with the admin token,
 every action a logged command through the actor, reads answered from the state after the
-commit, paged where a run is large, and the event stream (Watch, WatchEvents)."""
+commit, paged where a run is large, and the event stream (Watch, WatchEvents); in process only,
+the console's reads of a run's page and of a cell's (ReadRunPage, ReadCell: no RPC)."""
 from __future__ import annotations
 
 import asyncio
@@ -205,6 +206,35 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                     paging.KIND_ATTEMPTS, run_id, at, self.actor.last_now_ms, Tally()))
             if total_bytes > UNPAGED_BYTES_MAX:
                 await self._too_large(context, f"the attempts of run {run_id}")
+
+    # ---- in process only: the console's reads (coordinator/console/admin.py), no RPC (what a
+    # page draws is not a contract of the wire); authenticated and answered as the RPCs are.
+
+    async def ReadRunPage(self, request: Any, context: Any) -> AsyncIterator[views.RunPagePart]:
+        """What the console's run page folds (coordinator/console/runview.py) of run
+        `request.run_id`: its cells and attempts, RUN_PART_CELLS_MAX cells an actor query
+        (views.run_part), each part made into records off the actor and the event loop
+        (views.part_cells); the last part carries the summary."""
+        await self._auth(context)
+        run_id = RunId(request.run_id)
+        at, tally = Position(), Tally()
+        while True:
+            part = await self._page(context, run_id, at, lambda s, at=at: views.run_part(  # type: ignore[arg-type, return-value]
+                s, run_id, at, views.RUN_PART_CELLS_MAX, tally))
+            yield await asyncio.to_thread(views.part_cells, part)  # type: ignore[arg-type]
+            if part.next_at is None:
+                return
+            at = part.next_at
+
+    async def ReadCell(self, request: Any, context: Any) -> tuple[Any, list]:
+        """Cell `request.cell_id` of run `request.run_id` as GetResults lists it (None: the run
+        has no such cell) and its attempts as ListAttempts does: one cell's cost."""
+        await self._auth(context)
+        run_id, cell_id = RunId(request.run_id), CellId(request.cell_id)
+        out = await submit(self.actor, query=lambda s: views.cell_read(s, run_id, cell_id))
+        if out is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"UNKNOWN_RUN: run {run_id} does not exist")
+        return out
 
     async def _action(self, context: Any, make: Callable[[int], object]) -> Any:
         await self._auth(context)

@@ -14,7 +14,8 @@ from typing import Any
 
 from common.fleetpb import admin_pb2, common_pb2, coordinator_pb2
 from common.identity import manifest_id
-from common.ids import RunId, cell_of_attempt
+from common.ids import CellId, RunId, cell_of_attempt
+from common.report.names import STATUS_NAMES
 from coordinator.core.machine import liveness_policy
 from coordinator.core.state import GroupState, RunState, State, WorkerStatus
 from coordinator.core.summary import IncompleteCell, SelectedResult, Tally, run_counts, run_state, visit_cell
@@ -300,6 +301,15 @@ def summary_of(state: State, run_id: RunId, tally: Tally) -> admin_pb2.Summary:
     return out
 
 
+def _attempt_kind(selected: Any, tid: Any, t: Any) -> str:
+    """What became of an attempt (AttemptRecord.kind)."""
+    if selected == tid:
+        return "selected"
+    if t.report is not None:
+        return "late" if t.late else "retried"
+    return "lost" if t.lost else "pending"
+
+
 def _attempts_visit(state: State, run: RunState, group: GroupState, task_id: Any, repetition: int, cid: Any,
                     tally: Tally) -> list:
     cell = run.cells[cid]
@@ -307,12 +317,7 @@ def _attempts_visit(state: State, run: RunState, group: GroupState, task_id: Any
     for tid in cell.attempts:
         t = state.attempts[tid]
         r = t.report
-        if cell.selected == tid:
-            kind = "selected"
-        elif r is not None:
-            kind = "late" if t.late else "retried"
-        else:
-            kind = "lost" if t.lost else "pending"
+        kind = _attempt_kind(cell.selected, tid, t)
         rec = admin_pb2.AttemptRecord(
             attempt_id=tid, cell_id=cell.cell_id, task_id=task_id, repetition=repetition,
             subject_id=cell.subject_id, worker_id=t.worker_id, assignment_id=t.assignment_id,
@@ -351,3 +356,152 @@ def attempt_owner(state: State, attempt_id: str, worker_id: str = "") -> str | N
         if run is not None and cell_of_attempt(run.run_id, attempt_id) in run.cells:
             return worker_id
     return None
+
+
+# ---- the console's run page (coordinator/console/runview.py) -----------------------------------
+# The run page's heavy part needs sums and counts over every cell and attempt but shows only a
+# few of them: its read visits the cells on the actor (visit_cell, the one copy of a cell's
+# outcome) and copies what the visit gave with the attempts' few changing fields, a part at a
+# time; the records the page folds are made from that copy off the actor (`part_cells`), never a
+# proto per cell. About 6 us a cell at W1's size, most of it visit_cell: this many cells a query
+# hold the actor about 6 ms at a time (GetResults' pages of 5,000 held it 50 ms and more), and
+# it goes on with its commands between two.
+RUN_PART_CELLS_MAX = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class CellRead:
+    """ReadCell's request (in process only)."""
+
+    run_id: str
+    cell_id: str
+
+
+@dataclass(slots=True)
+class RunPart:
+    """One actor query's share of a run page's read: per cell, in the run's order, its visit
+    (SelectedResult or IncompleteCell: frozen), its throttled count, its selected attempt's
+    `recovered` or its last attempt's (assignment, generation, dispatch order), and its other
+    attempts as (id, kind, worker, assignment, generation, dispatch order, report: frozen)."""
+
+    cells_total: int
+    groups_total: int
+    score_range: tuple[float, float] | None  # the spec's benchmark.scoreRange (the intervals keep to it)
+    selected_cells: int  # of the run, when the part was read
+    cells: list[tuple]
+    next_at: Position | None
+    summary: admin_pb2.Summary | None = None  # on the last part
+
+
+@dataclass(slots=True)
+class RunPagePart:
+    """A part as the console folds it: results_json cells (runview.PAGE_CELL_KEYS) and, in the
+    run's order, (kind, status name, worker, timeline entry or None) per attempt."""
+
+    cells_total: int
+    groups_total: int
+    score_range: tuple[float, float] | None
+    selected_cells: int
+    cells: list[dict]
+    attempts: list[tuple]
+    summary: admin_pb2.Summary | None
+
+
+def run_part(state: State, run_id: RunId, at: Position, cells_max: int, tally: Tally) -> RunPart | None:
+    """Up to `cells_max` cells from `at` (None: no such run); `tally` carries the summary's sums
+    from part to part, as GetResults' pages do. The caller checks `at` with position_problem."""
+    run = state.runs.get(run_id)
+    if run is None:
+        return None
+    spec, groups, cells, attempts = run.spec, run.groups, run.cells, state.attempts
+    out: list[tuple] = []
+    g, offset = at.group, at.offset
+    while g < len(groups):
+        group = groups[g]
+        task_id, repetition = spec.group_key(group.index)
+        ids = group.cells
+        while offset < len(ids):
+            if len(out) >= cells_max:
+                return RunPart(len(cells), len(groups), spec.score_range, run.selected_cells, out, Position(g, offset))
+            cid = ids[offset]
+            v = visit_cell(state, run, group, task_id, repetition, cid, tally)
+            cell = cells[cid]
+            sel = cell.selected
+            tried = cell.attempts
+            others: tuple = ()
+            if len(tried) > (sel is not None):
+                others = tuple((tid, _attempt_kind(sel, tid, t), t.worker_id, t.assignment_id, t.generation,
+                                t.dispatch_order, t.report) for tid in tried if tid != sel for t in (attempts[tid],))
+            if sel is not None:
+                extra: Any = attempts[sel].recovered
+            elif tried:
+                last = attempts[tried[-1]]
+                extra = (last.assignment_id, last.generation, last.dispatch_order)
+            else:
+                extra = None
+            out.append((v, cell.throttled, extra, others))
+            offset += 1
+        g, offset = g + 1, 0
+    return RunPart(len(cells), len(groups), spec.score_range, run.selected_cells, out, None,
+                   summary_of(state, run_id, tally))
+
+
+def part_cells(part: RunPart) -> RunPagePart:
+    """The part's cells as GetResults' cells read through results_json would be (the keys the run
+    page reads), and its attempts as ListAttempts' records would fold; off the actor: it reads
+    only the part (frozen visits and reports, copied fields)."""
+    cells: list[dict] = []
+    items: list[tuple] = []
+    for v, throttled, extra, others in part.cells:
+        if isinstance(v, SelectedResult):
+            started = v.started_ms or None
+            cells.append({
+                "cell_id": v.cell_id, "task": v.task_id, "repetition": v.repetition, "subject": v.subject_id,
+                "state": "selected", "score": float(v.score), "status": v.status, "attempt_id": v.attempt_id or None,
+                "worker_id": v.worker_id or None, "assignment_id": v.assignment_id or None,
+                "generation": v.generation or None, "dispatch_order": v.dispatch_order or None,
+                "attempts": v.attempts, "cost_usd": None if v.cost_usd is None else float(v.cost_usd),
+                "incomplete_reason": None, "incomplete_detail": None, "started_ms": started,
+                "finished_ms": v.finished_ms if started else None, "throttled": throttled,
+                "executions": v.executions, "extra_execution_cost_usd": round(v.extra_execution_cost_usd, 9),
+                "recovered_after_restore": extra})
+            items.append(("selected", "", v.worker_id, None))  # its timeline entry is its cell's
+        else:
+            assignment, generation, order = extra if extra is not None else (None, None, None)
+            cells.append({
+                "cell_id": v.cell_id, "task": v.task_id, "repetition": v.repetition, "subject": v.subject_id,
+                "state": "incomplete", "score": None, "status": None, "attempt_id": v.last_attempt_id or None,
+                "worker_id": v.last_worker_id or None, "assignment_id": assignment or None,
+                "generation": generation or None, "dispatch_order": order or None, "attempts": v.attempts,
+                "cost_usd": None, "incomplete_reason": v.reason or None, "incomplete_detail": v.detail or None,
+                "started_ms": None, "finished_ms": None, "throttled": throttled, "executions": v.executions,
+                "extra_execution_cost_usd": round(v.extra_execution_cost_usd, 9), "recovered_after_restore": False})
+        for tid, kind, worker, assignment, generation, order, r in others:
+            status = int(r.status) if r is not None else 0
+            entry = None
+            if kind != "pending":  # as common/report/html.py attempts_from_records
+                timed = r is not None and bool(r.started_ms)
+                entry = {"kind": kind, "worker_id": worker, "assignment_id": assignment, "task": v.task_id,
+                         "repetition": v.repetition, "subject": v.subject_id, "cell_id": v.cell_id,
+                         "attempt_id": tid, "generation": generation, "dispatch_order": order, "attempts": None,
+                         "started_ms": r.started_ms if timed else None, "finished_ms": r.finished_ms if timed else None,
+                         "score": float(r.score) if r is not None and r.score is not None else None,
+                         "status": STATUS_NAMES.get(status) if status else None}
+            items.append((kind, STATUS_NAMES.get(status, "unspecified"), worker, entry))
+    return RunPagePart(part.cells_total, part.groups_total, part.score_range, part.selected_cells, cells, items,
+                       part.summary)
+
+
+def cell_read(state: State, run_id: RunId, cell_id: CellId) -> tuple[admin_pb2.CellResult | None, list] | None:
+    """One cell as GetResults lists it and its attempts as ListAttempts does (None: no such run;
+    (None, []): no such cell): a cell's page costs that cell."""
+    run = state.runs.get(run_id)
+    if run is None:
+        return None
+    cell = run.cells.get(cell_id)
+    if cell is None:
+        return None, []
+    group = run.groups[cell.group_index]
+    task_id, repetition = run.spec.group_key(group.index)
+    [proto] = _results_visit(state, run, group, task_id, repetition, cell_id, Tally())
+    return proto, _attempts_visit(state, run, group, task_id, repetition, cell_id, Tally())

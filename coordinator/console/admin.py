@@ -9,14 +9,17 @@ gRPC code and the servicer's message ("UNKNOWN_RUN: ..."), which the pages show 
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from common.fleetpb import admin_pb2
 from common.report.shapes import results_json, status_json
+from coordinator.console.runview import RunView, RunViewBuilder
 
 
 class AdminCallError(Exception):
@@ -36,6 +39,28 @@ class _Context:
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         raise AdminCallError(code, details)
+
+
+@dataclass(frozen=True, slots=True)
+class CellRef:
+    """ReadCell's request: a cell of a run."""
+
+    run_id: str
+    cell_id: str
+
+
+def _fold(builder: RunViewBuilder | None, part: Any, f: dict[str, str], page: int) -> RunViewBuilder:
+    """One part of ReadRunPage into the run's view (on a worker thread: the parts are the
+    caller's alone)."""
+    if builder is None:
+        builder = RunViewBuilder(part.cells_total, part.groups_total, f, page,
+                                 None if part.score_range is None else list(part.score_range), part.selected_cells)
+    add_cell, add_attempt = builder.add_cell, builder.add_attempt
+    for c in part.cells:
+        add_cell(c)
+    for a in part.attempts:
+        add_attempt(*a)
+    return builder
 
 
 class LocalAdmin:
@@ -94,3 +119,27 @@ class LocalAdmin:
             if not page.next_page_token:
                 return out
             token = page.next_page_token
+
+    async def run_view(self, run_id: str, f: dict[str, str], page: int) -> RunView:
+        """The run page's heavy part (coordinator/console/runview.py) for filter `f` and page
+        `page` of its cells table: ReadRunPage's parts folded as they come, off the event loop."""
+        builder: RunViewBuilder | None = None
+        summary: Any = None
+        async for part in self.stream("ReadRunPage", admin_pb2.GetResultsRequest(run_id=run_id)):
+            builder = await asyncio.to_thread(_fold, builder, part, f, page)
+            summary = part.summary
+        assert builder is not None and summary is not None  # ReadRunPage ends with the summary, or aborts
+        return await asyncio.to_thread(self._finish, builder, summary)
+
+    @staticmethod
+    def _finish(builder: RunViewBuilder, summary: Any) -> RunView:
+        got = results_json(admin_pb2.GetResultsResponse(summary=summary))["summary"]
+        got.update(builder.cell_sums())  # what results_json sums over the cells it was given
+        return builder.finish(got)
+
+    async def cell(self, run_id: str, cell_id: str) -> tuple[dict | None, list[Any]]:
+        """A cell as results_json gives it (None: the run has no such cell) and its attempts."""
+        proto, attempts = await self.call("ReadCell", CellRef(run_id, cell_id))
+        if proto is None:
+            return None, []
+        return results_json(admin_pb2.GetResultsResponse(cells=[proto]))["cells"][0], attempts

@@ -26,10 +26,11 @@ SSE_FLUSH_MS = 200
 # A comment line this often keeps proxies and the browser from closing an idle stream.
 SSE_KEEPALIVE_S = 15.0
 # A page's data is read again at most this often, and never sooner than COST_FACTOR times what
-# reading it took: five browsers share one read, a large run is read less often. A read walks
-# the whole run on the actor's thread (W1's 6,000 cells: about 0.15 s, a tenth of the actor's
-# time during that run at a factor of 10, hence 100: a read costs at most 1% of the time). A
-# run's progress comes from its status alone, cheap at any size, and is refreshed every second.
+# reading it took: five browsers share one read, a large run is read less often. A run page's
+# read visits every cell on the actor's thread, a thousand cells a query, and folds them off it
+# (W1's 6,000 cells: about 0.05 s of the actor's time and 0.1 s in all; docs/benchmarks.md), so
+# at a factor of 100 a read costs at most about 1% of the time. A run's progress comes from its
+# status alone, cheap at any size, and is refreshed every second.
 REFRESH_MIN_MS = 1_000
 REFRESH_COST_FACTOR = 100
 # The longest a heavy part waits: a 1,000,000-cell run's read (about 10 s) at most every 10 min,

@@ -5,8 +5,11 @@ Order of a request: security headers on every answer; who is asking (session coo
 header, coordinator/console/auth.py): nobody known sees the login page and nothing else; a
 page reads through the Admin RPCs in the process (coordinator/console/admin.py) via a cache
 that five browsers share, and is rendered on a worker thread (pages.py is pure and the cached
-dicts are never changed), so that a large run's page does not hold the event loop (a read is done again at most every REFRESH_MIN_MS, and never
-sooner than REFRESH_COST_FACTOR times what it cost); an action must come from an admin, with
+dicts are never changed), so that a large run's page does not hold the event loop (a read is
+done again at most every REFRESH_MIN_MS, and never sooner than REFRESH_COST_FACTOR times what it
+cost). A run's heavy part is read as its view (runview.py, the servicer's ReadRunPage: the
+actor visits the cells a part at a time, the sums are made off it), a cell's page as that cell
+(ReadCell); an action must come from an admin, with
 the session's CSRF token and from this origin, goes through the same Admin RPC as fleetctl,
 and is logged with who did it (`console_action`), refused ones too (`console_action_refused`).
 No answer is larger than RESPONSE_BYTES_MAX: a page that would be is a bug, answered 500 with
@@ -37,6 +40,7 @@ from coordinator.console import limits, pages
 from coordinator.console.admin import AdminCallError, LocalAdmin
 from coordinator.console.auth import COOKIE_NAME, ConsoleAuth, Principal
 from coordinator.console.feed import Feed
+from coordinator.console.runview import RunView
 
 log = structlog.get_logger("fleet.console")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -260,11 +264,13 @@ class Console:
     async def _fleet_data(self) -> tuple[dict, int, int]:
         return await self.cache.get(("fleet",), lambda: self.admin.status())
 
-    async def _run_data(self, run_id: str) -> tuple[dict, dict, list, int, int]:
+    async def _run_data(self, run_id: str, f: dict[str, str], page: int) -> tuple[dict, RunView, int, int]:
+        """The run's status and its page's view (coordinator/console/runview.py: its sums and counts,
+        and the rows of this filter's page), read once for every browser on that page."""
         status, t1, s1 = await self.cache.get(("status", run_id), lambda: self.admin.status(run_id))
-        results, t2, s2 = await self.cache.get(("results", run_id), lambda: self.admin.results(run_id))
-        attempts, t3, s3 = await self.cache.get(("attempts", run_id), lambda: self.admin.attempts(run_id))
-        return status, results, attempts, max(t1, t2, t3), min(s1, s2, s3)
+        view, t2, s2 = await self.cache.get(("run", run_id, tuple(sorted(f.items())), page),
+                                            lambda: self.admin.run_view(run_id, f, page))
+        return status, view, max(t1, t2), min(s1, s2)
 
     def _page_number(self, request: web.Request) -> int:
         text = request.query.get("page", "0")
@@ -319,22 +325,19 @@ class Console:
         progress = _seq(pages.run_progress(run, eta, qttl), qseq)
         if fragment == "progress":
             return self._html(progress)
-        status, results, attempts, ttl, seq = await self._run_data(run_id)
         f = self._filter(request)
         page = self._page_number(request)
-        live = _seq(await self._render(("run", run_id, tuple(sorted(f.items())), page, id(status), id(results),
-                                        id(attempts)), principal, pages.run_live, run_id, results, status, attempts,
-                                       f, page, eta, ttl), seq)
+        status, view, ttl, seq = await self._run_data(run_id, f, page)
+        live = _seq(await self._render(("run", run_id, tuple(sorted(f.items())), page, id(status), id(view)),
+                                       principal, pages.run_live_view, run_id, view, status, f, eta, ttl), seq)
         return self._html(live if fragment else pages.run_page(run_id, live, run, f, principal, progress))
 
     async def cell(self, request: web.Request) -> web.Response:
         principal = request[PRINCIPAL]
         run_id, cell_id = request.match_info["run_id"], request.match_info["cell_id"]
-        _, results, attempts, ttl, seq = await self._run_data(run_id)
-        cell = next((c for c in results["cells"] if c["cell_id"] == cell_id), None)
+        (cell, mine), ttl, seq = await self.cache.get(("cell", run_id, cell_id), lambda: self.admin.cell(run_id, cell_id))
         if cell is None:
             raise web.HTTPNotFound(text=f"run {run_id} has no cell {cell_id}\n")
-        mine = [a for a in attempts if a.cell_id == cell_id]
         live = _seq(pages.cell_live(run_id, cell, mine, ttl), seq)
         if request.query.get("fragment"):
             return self._html(live)
@@ -457,7 +460,7 @@ class Console:
         log.info("console_action", action=action, target=target, who=principal.who, remote=request.remote,
                  rpc=rpc, outcome=outcome)
         self._record(principal, action, target, outcome)
-        self.cache.forget("fleet", "status", "results", "attempts")
+        self.cache.forget("fleet", "status", "run", "cell")
         return outcome
 
     def _outcome_page(self, principal: Principal, action: str, target: str, outcome: str, back: str) -> web.Response:

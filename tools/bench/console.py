@@ -15,6 +15,16 @@ the host drifts; each arm's figure is the median of its rounds, and the cost is 
 the medians of cells/s, plus the coordinator's CPU per 1,000 cells in each arm. Every process
 is started here and stopped by its pid; every client loop ends by itself (a stop file and a
 hard deadline). Only 127.0.0.1.
+
+    python -m tools.bench.console actor-read [--groups N] [--done F] [--repeats R]
+
+measures, in this process and without any other, the actor thread's time of one read of the run
+page's heavy part at W1's size: the core alone drives a W1-shaped run (N groups x 3 cells, 4
+workers x 2 slots, one report in ten an infrastructure failure that is retried, scores of 0, 0.5
+and 1) until a fraction F of its groups has settled, then times the actor queries of the read as
+the console made it before issue 24 (GetResults and ListAttempts in pages of 5,000: every cell's
+and attempt's proto) and as it makes it now (ReadRunPage's parts, coordinator/views.py run_part),
+and, apart, what the new read does off the actor (part_cells and the console's fold). Medians of R.
 """
 from __future__ import annotations
 
@@ -214,10 +224,139 @@ def w1_once(root: Path, groups: int, browsers: int, console: bool = True, mode: 
         coord.stop()
 
 
+# ---- the actor's time of one heavy read (actor-read) ------------------------------------------------
+
+def w1_state(groups: int, done: float) -> tuple:
+    """The core's state of a W1-shaped run with `done` of its groups finished (see the docstring)."""
+    from common.evidence import ArtifactRef, Cleanup, Execution, Report, Status, Usage, Verification
+    from common.ids import RunId, WorkerId, sha256_digest
+    from common.policy import Policy
+    from common.spec import parse_spec
+    from coordinator.core import commands as c
+    from coordinator.core import new_state, step
+    from coordinator.core.effects import PushAssignment
+    from tools.bench.core import answer_offers
+
+    state = new_state()
+    run_id = RunId("run-w1")
+    state, t = step(state, c.RunSubmitted(0, run_id, parse_spec(noop_spec(groups, cap=8)),
+                                          Policy(retry_backoff_ms=0, retry_backoff_max_ms=0)))
+    assert t.outcome.ok, t.outcome
+    now = 1
+    queue: list = []
+    for i in range(4):
+        state, t = step(state, c.WorkerRegistered(now, WorkerId(f"w{i}"), 1, 2, "env"))
+        state, effects = answer_offers(state, t.effects, now)
+        queue.extend(e for e in effects if isinstance(e, PushAssignment))
+    ref = ArtifactRef("subject.stdout", sha256_digest(b"log"), 3)
+    state, _ = step(state, c.ArtifactStored(now, ref.digest, ref.size_bytes))
+    k = 0
+    run = state.runs[run_id]
+    while run.settled_groups < int(groups * done):
+        if not queue:
+            now += 1
+            state, t = step(state, c.ClockTicked(now))
+            queue.extend(e for e in t.effects if isinstance(e, PushAssignment))
+            if not queue:
+                break
+            continue
+        push = queue.pop(0)
+        for cd in push.cells:
+            now += 1
+            k += 1
+            report = (Report(Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN, Usage.UNKNOWN,
+                             Cleanup.UNKNOWN, artifacts=(ref,), detail="lost track") if k % 10 == 0 else
+                      Report(Status.COMPLETED, Execution.COMPLETED, Verification.VALID, Usage.COMPLETE,
+                             Cleanup.CONFIRMED, score=0.0 if k % 7 == 0 else 0.5 if k % 11 == 0 else 1.0,
+                             cost_usd=0.0, artifacts=(ref,), started_ms=now, finished_ms=now + 1, detail="score 1"))
+            state, t = step(state, c.CellReported(now, push.worker_id, cd.attempt_id, push.assignment_id,
+                                                  push.generation, report))
+            assert t.outcome.ok, t.outcome
+            queue.extend(e for e in t.effects if isinstance(e, PushAssignment))
+        state, t = step(state, c.GroupFinished(now, push.worker_id, push.assignment_id))
+        queue.extend(e for e in t.effects if isinstance(e, PushAssignment))
+    return state, run_id
+
+
+def actor_read_main(argv: list[str]) -> int:
+    from common import limits as common_limits
+    from coordinator import views
+    from coordinator.console.admin import _fold
+    from coordinator.core.summary import Tally
+    from coordinator.paging import Position
+
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.console actor-read")
+    ap.add_argument("--groups", type=int, default=2_000)
+    ap.add_argument("--done", type=float, default=0.6, help="the fraction of the groups settled (default 0.6)")
+    ap.add_argument("--repeats", type=int, default=9)
+    a = ap.parse_args(argv)
+    state, run_id = w1_state(a.groups, a.done)
+    run = state.runs[run_id]
+
+    def before() -> tuple[float, int]:
+        """GetResults then ListAttempts, pages of 5,000, as coordinator/console/admin.py read them."""
+        spent, queries = 0.0, 0
+        at, tally = Position(), Tally()
+        while True:
+            t0 = time.perf_counter()
+            page = views.results_page(state, run_id, at, 5_000, common_limits.PAGE_BYTES_MAX, tally)
+            spent += time.perf_counter() - t0
+            queries += 1
+            if page.next_at is None:
+                break
+            at, tally = page.next_at, page.tally
+        at = Position()
+        while True:
+            t0 = time.perf_counter()
+            page = views.attempts_page(state, run_id, at, 5_000, common_limits.PAGE_BYTES_MAX)
+            spent += time.perf_counter() - t0
+            queries += 1
+            if page.next_at is None:
+                return spent, queries
+            at = page.next_at
+
+    def after() -> tuple[float, int, float]:
+        """ReadRunPage's actor queries (run_part), and apart what is done off the actor."""
+        spent = off = 0.0
+        queries = 0
+        at: Position | None = Position()
+        tally = Tally()
+        builder = None
+        while at is not None:
+            t0 = time.perf_counter()
+            part = views.run_part(state, run_id, at, views.RUN_PART_CELLS_MAX, tally)
+            t1 = time.perf_counter()
+            builder = _fold(builder, views.part_cells(part), {}, 0)
+            off += time.perf_counter() - t1
+            spent += t1 - t0
+            queries += 1
+            at = part.next_at
+        return spent, queries, off
+
+    olds, news, offs = [], [], []
+    for _ in range(a.repeats):
+        s, n_old = before()
+        olds.append(s)
+        s, n_new, o = after()
+        news.append(s)
+        offs.append(o)
+    med = statistics.median
+    say(f"one run page heavy read of a W1-shaped run: {len(run.cells)} cells, {run.selected_cells} selected, "
+        f"{len(state.attempts)} attempts; medians of {a.repeats}, actor thread time:")
+    say(f"  before (GetResults + ListAttempts, {n_old} queries): {1000 * med(olds):.1f} ms "
+        f"(min {1000 * min(olds):.1f}, max {1000 * max(olds):.1f})")
+    say(f"  after  (ReadRunPage, {n_new} queries of at most {views.RUN_PART_CELLS_MAX} cells): {1000 * med(news):.1f} ms "
+        f"(min {1000 * min(news):.1f}, max {1000 * max(news):.1f}); off the actor: {1000 * med(offs):.1f} ms")
+    say(f"  ratio: {med(olds) / med(news):.1f}x less of the actor's time")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_browsers":
         return browsers_main(argv[1:])
+    if argv and argv[0] == "actor-read":
+        return actor_read_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m tools.bench.console", description=__doc__.split("\n\n")[0])
     ap.add_argument("--groups", type=int, default=2_000, help="W1's groups (default 2,000)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each arm, alternated (default 3)")

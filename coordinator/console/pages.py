@@ -370,7 +370,7 @@ def run_live_view(run_id: str, view: RunView, status: dict, f: dict[str, str], e
                             f'data-groups="{view.groups_dispatched}" data-attempts="{view.timeline_entries}">'
                             f'{view.timeline_entries} attempts in {view.groups_dispatched} group dispatches: more than '
                             f'the {limits.TIMELINE_CELLS_MAX} attempts the console draws; <code>fleetctl report '
-                            '{esc(run_id)} --html FILE</code> draws them all.</p></section>')
+                            f'{esc(run_id)} --html FILE</code> draws them all.</p></section>')
     scores_html, n_subjects = render_scores_of(view.stats, view.diffs, summary.get("score_range"))
     incomplete_html, _ = render_incomplete_of(view.incomplete_reasons, view.incomplete_shown, view.incomplete_total)
     selected = summary.get("selected", 0)

@@ -208,6 +208,8 @@ DEAD_LETTERS_MAX = 10_000
 # first past any of the three bounds. Acknowledged reports are small (a few KiB) but name their
 # artifacts, which stay on disk while kept.
 KEPT_REPORTS_MS_DEFAULT = 3 * 24 * 3600_000
+# How often an ack looks at the oldest kept entry's age (the byte and count bounds: every ack).
+KEPT_AGE_CHECK_MS = 60_000
 KEPT_REPORTS_BYTES_DEFAULT = 1 << 30
 KEPT_REPORTS_MAX = 100_000
 ARTIFACT_COPY_CHUNK_BYTES = 1 << 20

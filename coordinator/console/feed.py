@@ -2,14 +2,18 @@
 every open page as server-sent events.
 
 Rules.
-1. One watcher for every browser: the feed reads the Admin API's WatchEvents stream (the one
-   `fleetctl watch` reads) once, in the coordinator's event loop, and encodes each event once.
-2. Each event gets an id `INCARNATION-SEQ`; the last EVENTS_KEPT_MAX are kept. A browser that
-   reconnects sends the last id it saw (EventSource's Last-Event-ID) and gets every kept event
-   after it, in order, before the live ones: nothing is lost across a reconnect. When the id is
-   older than what is kept, names another coordinator process, or the watch itself dropped
-   events, the page is told to `resync` (it reads its page again), never shown a gap as if it
-   were none.
+1. One feed for every browser, on the same publication as `fleetctl watch`'s stream: the edge's
+   `Hub.publish_all` hands each commit's events, in order, to its hooks and to every WatchEvents
+   watcher; the feed is one of the hooks (in the coordinator's event loop), so it sees the same
+   events in the same order without a protobuf message and a queue slot per event (which, with
+   a JSON encoding per event, was the console's main cost on a busy run: issue 24).
+2. Each SSE message carries the events of one commit for one run (or the fleet's, run-less
+   ones), at most SSE_EVENTS_PER_MESSAGE_MAX, as a JSON list, with one id `INCARNATION-SEQ`;
+   the last EVENTS_KEPT_MAX messages are kept. A browser that reconnects sends the last id it
+   saw (EventSource's Last-Event-ID) and gets every kept message after it, in order, before the
+   live ones: nothing is lost across a reconnect. When the id is older than what is kept or
+   names another coordinator process, the page is told to `resync` (it reads its page again),
+   never shown a gap as if it were none.
 3. Every client's queue is bounded; a client that falls SSE_CLIENT_BATCHES_MAX batches behind
    is cut, and its browser reconnects and resumes by rule 2. A slow browser never holds the
    coordinator's memory or its loop.
@@ -24,7 +28,6 @@ from typing import Any
 
 import structlog
 
-from common.fleetpb import admin_pb2
 from coordinator.console import limits
 
 log = structlog.get_logger("fleet.console")
@@ -58,15 +61,16 @@ class Client:
             self.queue.put_nowait(None)
 
 
-def encode(seq_id: str, event: str, payload: dict) -> bytes:
+def encode(seq_id: str, event: str, payload: Any) -> bytes:
     return f"id: {seq_id}\nevent: {event}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 
 
 class Feed:
-    def __init__(self, admin: Any, incarnation: int) -> None:
-        self.admin = admin
+    def __init__(self, hub: Any, incarnation: int) -> None:
+        self.hub = hub  # coordinator/edge.py Hub: its on_events hooks (rule 1)
         self.incarnation = incarnation
-        self.kept: collections.deque[Item] = collections.deque(maxlen=limits.EVENTS_KEPT_MAX)
+        self.kept: collections.deque[Item] = collections.deque()
+        self.kept_bytes = 0
         self.clients: set[Client] = set()
         self.seq = 0
         self.events_total = 0
@@ -75,33 +79,41 @@ class Feed:
     def _id(self, seq: int) -> str:
         return f"{self.incarnation}-{seq}"
 
-    async def run(self) -> None:
-        """Rule 1; a watch that ends (it should not) is opened again after a pause."""
-        for _ in range(1_000_000):  # bounded; each turn is a whole watch
-            try:
-                async for batch in self.admin.stream("WatchEvents", admin_pb2.WatchRequest()):
-                    self._publish(batch.events)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # our watch failed: every page resyncs, and we watch again
-                log.warning("console_watch_failed", error=str(e))
-                self._publish([admin_pb2.Event(event="watch_events_dropped", detail=str(e))])
-            await asyncio.sleep(1.0)
+    def _keep(self, item: Item) -> None:
+        self.kept.append(item)
+        self.kept_bytes += len(item.data)
+        while len(self.kept) > limits.EVENTS_KEPT_MAX or self.kept_bytes > limits.EVENTS_KEPT_BYTES_MAX:
+            self.kept_bytes -= len(self.kept.popleft().data)
 
-    def _publish(self, events: Any) -> None:
+    async def run(self) -> None:
+        """Rule 1: hooked on the Hub's publication until cancelled (the coordinator stops)."""
+        self.hub.on_events.append(self.on_events)
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.hub.on_events.remove(self.on_events)
+
+    def on_events(self, events: list[tuple[Any, int]]) -> None:
+        """A commit's events, each (core Emit, at_ms), as Hub.publish_all hands them over."""
+        self.publish([(at_ms, e.event, e.run_id or "", e.subject, e.detail) for e, at_ms in events])
+
+    def publish(self, rows: list[tuple[int, str, str, str, str]]) -> None:
+        """Events (at_ms, event, run_id, subject, detail) that arrived together: one message per
+        run (rule 2), in the order each run first appears."""
+        by_run: dict[str, list[dict]] = {}
+        for at_ms, event, run_id, subject, detail in rows:
+            by_run.setdefault(run_id, []).append(
+                {"at_ms": at_ms, "event": event, "run_id": run_id, "subject": subject, "detail": detail})
         batch: list[Item] = []
-        for ev in events:
-            if ev.event == "watch_started":
-                self.started.set()
-                continue
-            self.seq += 1
-            name = "resync" if ev.event == "watch_events_dropped" else "fleet"
-            item = Item(self.seq, "" if name == "resync" else ev.run_id, encode(self._id(self.seq), name, {
-                "at_ms": ev.at_ms, "event": ev.event, "run_id": ev.run_id, "subject": ev.subject,
-                "detail": ev.detail}))
-            self.kept.append(item)
-            batch.append(item)
-        self.events_total += len(batch)
+        cap = limits.SSE_EVENTS_PER_MESSAGE_MAX
+        for run_id, evs in by_run.items():
+            for i in range(0, len(evs), cap):
+                self.seq += 1
+                item = Item(self.seq, run_id, encode(self._id(self.seq), "fleet", evs[i:i + cap]))
+                self._keep(item)
+                batch.append(item)
+        self.events_total += len(rows)
         if batch:
             for c in list(self.clients):
                 c.offer(batch)

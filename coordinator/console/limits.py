@@ -14,9 +14,13 @@ TABLE_ROWS_MAX = 100
 # The timeline draws every attempt up to this many; a larger run's timeline is left to
 # `fleetctl report --html` (one SVG rect of about 250 bytes per attempt, plus its group's frame).
 TIMELINE_CELLS_MAX = 3_000
-# Events kept for browsers that reconnect (Last-Event-ID): at W1's rate of a few thousand
-# events a second this is a few seconds; older than that, a page is told to resync.
+# Messages kept for browsers that reconnect (Last-Event-ID), and their bytes: a message is one
+# commit's events of one run (W1: a few hundred a second, about 1 KB each), so this is about a
+# minute of a busy run; older than that, a page is told to resync.
 EVENTS_KEPT_MAX = 20_000
+EVENTS_KEPT_BYTES_MAX = 32 << 20
+# One SSE message carries at most this many events (one commit's for one run, feed.py rule 2).
+SSE_EVENTS_PER_MESSAGE_MAX = 256
 # Event batches queued for one SSE client before it is cut (it reconnects and resumes).
 SSE_CLIENT_BATCHES_MAX = 256
 SSE_CLIENTS_MAX = 256

@@ -123,7 +123,7 @@ class Console:
                  secure_cookie: bool) -> None:
         self.admin = LocalAdmin(servicer, admin_token)
         self.auth = auth
-        self.feed = Feed(self.admin, incarnation)
+        self.feed = Feed(servicer.hub, incarnation)
         self.cache = Cache(lambda: self.feed.seq)
         self.etas = Etas()
         self.secure_cookie = secure_cookie

@@ -148,7 +148,13 @@ class Events:
                 data.append(line[6:])
             elif line == "":
                 if ev:
-                    out.append((ev_id, ev, json.loads("\n".join(data)) if data else {}))
+                    payload = json.loads("\n".join(data)) if data else {}
+                    # A "fleet" message carries one commit's events of one run: one row each,
+                    # every row with the message's id.
+                    if isinstance(payload, list):
+                        out.extend((ev_id, ev, p) for p in payload)
+                    else:
+                        out.append((ev_id, ev, payload))
                     if until(out):
                         return out
                 ev_id = ev = ""

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from common.fleetpb import admin_pb2
 from tools.bench.clients import SUBJECTS, noop_spec
-from tools.bench.harness import PY, START_TIMEOUT_S, Coordinator, Proc, cpu_seconds, mono, say, thread_cpu
+from tools.bench.harness import PY, START_TIMEOUT_S, Coordinator, Proc, Profiler, cpu_seconds, mono, say, thread_cpu
 
 NOOPBENCH = Path(__file__).resolve().parent / "data" / "noopbench"
 CLIENT_DEADLINE_S = 1_800
@@ -154,7 +154,9 @@ def browsers_main(argv: list[str]) -> int:
 
 # ---- the bench ------------------------------------------------------------------------------------
 
-def w1_once(root: Path, groups: int, browsers: int, console: bool = True, mode: str = "both") -> dict:
+def w1_once(root: Path, groups: int, browsers: int, console: bool = True, mode: str = "both",
+            profile: Path | None = None, name: str = "") -> dict:
+    """One W1 run; with `profile`, the coordinator is py-spied (--gil) for the run into that dir."""
     coord = Coordinator(root, extra=("--http-listen", "127.0.0.1:0") if console else ())
     workers: list[Proc] = []
     clients: Proc | None = None
@@ -188,6 +190,7 @@ def w1_once(root: Path, groups: int, browsers: int, console: bool = True, mode: 
         cells = groups * SUBJECTS
         cpu0 = cpu_seconds(coord.pid)
         threads0 = thread_cpu(coord.pid)
+        prof = Profiler(profile, name, coord.pid, max(3.0, groups * SUBJECTS / 800))
         t0 = mono()
         run_id = coord.submit(noop_spec(groups, cap=8))
         while True:
@@ -199,6 +202,7 @@ def w1_once(root: Path, groups: int, browsers: int, console: bool = True, mode: 
                 raise RuntimeError(f"W1 did not settle: {st}")
             time.sleep(0.1)
         elapsed = t1 - t0
+        prof.finish()
         coord_cpu_k = (cpu_seconds(coord.pid) - cpu0) / cells * 1000
         # The event loop's thread (the main thread: gRPC's servicers and the console) apart from
         # every other (the actor, gRPC's own, the console's render threads).
@@ -365,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="what a browser does: both (default), the event stream only, or the pages only")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--profile", type=Path, help="py-spy (--gil) the coordinator of every run into this dir")
     a = ap.parse_args(argv)
+    Profiler.gil = True
     if a.groups < 1 or a.rounds < 1 or a.browsers < 1:
         ap.error("--groups, --rounds and --browsers must be at least 1")
     root = Path(tempfile.mkdtemp(prefix="bench-console-"))
@@ -376,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(a.rounds):
             for arm, n in (("without", 0), ("with", a.browsers), ("no console", 0)):
                 got = w1_once(root / f"{arm.replace(' ', '-')}-{r}", a.groups, n, console=arm != "no console",
-                              mode=a.browser_mode)
+                              mode=a.browser_mode, profile=a.profile, name=f"{arm.replace(' ', '-')}-{r}")
                 arms[arm].append(got)
                 extra = ""
                 if got["browsers"]:

@@ -103,7 +103,10 @@
   });
   src.addEventListener("fleet", function (e) {
     noteId(e.lastEventId);
-    try { show(JSON.parse(e.data)); } catch (err) { /* a malformed line is skipped */ }
+    try {
+      var evs = JSON.parse(e.data);  // one commit's events of one run (feed.py rule 2)
+      (Array.isArray(evs) ? evs : [evs]).forEach(show);
+    } catch (err) { /* a malformed message is skipped */ }
     scheduleAll(false);
   });
   src.addEventListener("resync", function () { scheduleAll(true); });

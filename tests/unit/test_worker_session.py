@@ -346,7 +346,7 @@ def test_hello_carries_identity_incarnation_and_the_buffered_attempts(tmp_path: 
             assert (hello.worker_id, hello.incarnation, hello.slots, hello.cpu_millis, hello.memory_mb) == (
                 WORKER, 2, 2, 4000, 2048)
             assert [(c.key, c.value) for c in hello.environment] == sorted(MANIFEST.items())
-            assert hello.environment_id == ENV_ID and hello.protocol_version == 5
+            assert hello.environment_id == ENV_ID and hello.protocol_version == 6
             assert hello.software_version == "test"
             assert list(hello.buffered_attempt_ids) == [earlier] and list(hello.owned_assignment_ids) == []
             md = fake.streams[0].metadata

@@ -117,6 +117,7 @@ def fleet_run(coord: Coordinator, workers: dict[str, Worker], ds: list[float], l
               policy: dict, *, kill: bool) -> dict:
     cells = GROUPS * SUBJECTS
     run_id = coord.submit(spec(ds, label), policy)
+    submitted_ms = time.time_ns() // 1_000_000  # the run is committed: SubmitRun has returned
     t0 = mono()
     killed = ""
     while True:
@@ -145,12 +146,35 @@ def fleet_run(coord: Coordinator, workers: dict[str, Worker], ds: list[float], l
     # The schedule alone: first dispatch to last cell finished (the coordinator's and the
     # workers' wall clocks, one machine), without submission and polling.
     schedule_ms = max(a.finished_ms for a in attempts if a.finished_ms) - min(a.dispatched_ms for a in attempts)
+    first_start_ms = min(a.started_ms for a in attempts if a.started_ms) - submitted_ms
     out = {"run_id": run_id, "makespan_s": makespan, "schedule_s": schedule_ms / 1000, "lost": lost,
-           "duplicated": duplicated,
+           "duplicated": duplicated, "first_start_ms": first_start_ms, "refill_gaps_ms": refill_gaps_ms(attempts),
            "attempts": len(attempts), "order_from": status.order_from, "late_reports": res.summary.late_reports}
     if killed:
         out.update(killed=killed, killed_at_s=round(killed_at, 2))
     return out
+
+
+def refill_gaps_ms(attempts: Any) -> list[int]:
+    """Per worker, each group's first cell start after its first SLOTS groups, less the latest
+    end of one of that worker's groups before it: a slot's time from its last cell's report
+    (the worker's finish) to the next group's start, on the workers' clock (one machine)."""
+    groups: dict[str, list[int]] = {}  # assignment -> [worker start, end]
+    worker_of: dict[str, str] = {}
+    for a in attempts:
+        if not (a.started_ms and a.finished_ms):
+            continue
+        g = groups.setdefault(a.assignment_id, [a.started_ms, a.finished_ms])
+        g[0], g[1] = min(g[0], a.started_ms), max(g[1], a.finished_ms)
+        worker_of[a.assignment_id] = a.worker_id
+    gaps = []
+    for w in set(worker_of.values()):
+        mine = sorted(groups[aid] for aid, ww in worker_of.items() if ww == w)
+        for start, _ in mine[SLOTS:]:
+            before = [end for _, end in mine if end <= start]
+            if before:
+                gaps.append(start - max(before))
+    return gaps
 
 
 def busiest_fleet_worker(coord: Coordinator, run_id: str, ds: list[float], workers: dict[str, Worker]) -> str:
@@ -400,6 +424,16 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  {system:5s} {kind:28s} {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}); "
                 f"lost {lost}, duplicated {dup}"
                 + (f"; schedule alone {statistics.median(sched):.3f}" if sched else ""))
+    plain = [r for kind in ("plain", "ordered") for r in fleet["runs"].get(kind, [])]
+    if plain:
+        firsts = [r["first_start_ms"] for r in plain]
+        gaps = sorted(g for r in plain for g in r["refill_gaps_ms"])
+        fig["fleet_first_start_ms"] = statistics.median(firsts)
+        fig["fleet_refill_gap_ms_p50"] = gaps[len(gaps) // 2] if gaps else None
+        say(f"  fleet, plain and ordered runs: submit -> first cell start median {statistics.median(firsts):.0f} ms "
+            f"({min(firsts)}-{max(firsts)}); a slot's last cell end -> its next group's start: "
+            + (f"p50 {gaps[len(gaps) // 2]} ms, p90 {gaps[int(len(gaps) * 0.9)]} ms, max {gaps[-1]} ms "
+               f"({len(gaps)} refills)" if gaps else "none"))
     c = fleet["cpu_s_per_1000_cells"]
     say(f"  fleet CPU seconds per 1,000 cells: coordinator {c['coordinator']:.2f}, workers {c['workers']:.2f} "
         "(the machine is shared)")

@@ -29,6 +29,11 @@ pytestmark = pytest.mark.timeout(150)
 PROVBENCH = REPO / "tests" / "fixtures" / "provbench"
 WORKERS, SLOTS, CAP = 4, 2, 8
 TASKS = 20  # x 3 subjects: 60 cells, 5 s of provider time at 6 at once
+# The undeclared limit's case at the issue's own size (40 tasks x 3): its refusals are mostly
+# the first burst's (slow start until the first 429, larger on a loaded machine) plus one per
+# probe, so a run twice as long holds the 10% bound with the first burst's cost amortised (at
+# 60 cells a loaded CI saw 7 of 67, the bound missed by one request).
+UNDECLARED_TASKS = 40
 LIMIT, HOLD_S, RETRY_AFTER_S = 6, 0.5, 1.0
 SETTLE_TIMEOUT_S = 100
 
@@ -125,19 +130,19 @@ def test_an_undeclared_limit_is_found_from_throttling_and_nothing_is_lost(tmp_pa
     provider = FakeProvider(limit=LIMIT, hold_s=HOLD_S, retry_after_s=RETRY_AFTER_S).start()
     cluster = provider_cluster(tmp_path, [provider])
     try:
-        results, wall, samples = run_workload(cluster, provbench_spec(TASKS, cap=CAP), dict(FAST_POLICY))
+        results, wall, samples = run_workload(cluster, provbench_spec(UNDECLARED_TASKS, cap=CAP), dict(FAST_POLICY))
         stats = provider.stats()
         what = describe(results, stats, wall) + "\n" + cluster.tails()
         cells = by_state(results)
-        assert results["summary"]["incomplete"] == 0 and len(cells.get("selected", ())) == TASKS * 3, what
+        assert results["summary"]["incomplete"] == 0 and len(cells.get("selected", ())) == UNDECLARED_TASKS * 3, what
         assert results["summary"]["usage_complete"], what  # the throttled attempts' zero cost too
         assert all(c["score"] == 1 for c in cells["selected"]), what
-        assert stats["admitted"] == TASKS * 3, what
+        assert stats["admitted"] == UNDECLARED_TASKS * 3, what
         assert stats["refused"] < 0.10 * stats["total"], what
         fake = [p for p in samples if p["name"] == "fake"]
         assert fake and all(p["declared"] is None for p in fake), fake[-1:]
         effective = [p["effective"] for p in fake]
-        print(f"undeclared: {what.splitlines()[0]}; ideal {TASKS * 3 * HOLD_S / LIMIT:.1f}s; effective limit "
+        print(f"undeclared: {what.splitlines()[0]}; ideal {UNDECLARED_TASKS * 3 * HOLD_S / LIMIT:.1f}s; effective limit "
               f"{[e for i, e in enumerate(effective) if i == 0 or e != effective[i - 1]]}")
         # Converged: once the provider has throttled, the limit stays near what it admits (a
         # probe for one more group of 3 cells goes to LIMIT + 3, and is lowered back). The first

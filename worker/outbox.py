@@ -259,10 +259,6 @@ def _decode_dead(seq: int, data: bytes) -> DeadLetter:
     return DeadLetter(_decode_entry(seq, entry), reason.decode(), _U64.unpack(at)[0])
 
 
-def _encode_kept(e: OutboxEntry, acked_ms: int) -> bytes:
-    return _kept_record(_encode_entry(e), acked_ms)
-
-
 def _kept_record(entry_record: bytes, acked_ms: int) -> bytes:
     """A kept entry from its outbox record as stored (not decoded and encoded again)."""
     return _pack(b"K1", entry_record, _U64.pack(acked_ms))

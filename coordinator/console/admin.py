@@ -109,17 +109,6 @@ class LocalAdmin:
             if cells_max is not None and len(cells) >= cells_max:
                 raise AdminCallError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"more than {cells_max} cells")
 
-    async def attempts(self, run_id: str) -> list[Any]:
-        token = ""
-        out: list[Any] = []
-        while True:
-            page = await self.call("ListAttempts", admin_pb2.ListAttemptsRequest(run_id=run_id, page_size=5_000,
-                                                                                page_token=token))
-            out.extend(page.attempts)
-            if not page.next_page_token:
-                return out
-            token = page.next_page_token
-
     async def run_view(self, run_id: str, f: dict[str, str], page: int) -> RunView:
         """The run page's heavy part (coordinator/console/runview.py) for filter `f` and page
         `page` of its cells table: ReadRunPage's parts folded as they come, off the event loop."""

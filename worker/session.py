@@ -117,10 +117,10 @@ _UPLOAD_RESTARTABLE = frozenset({
     common_pb2.REJECTION_REASON_LENGTH_MISMATCH,
     common_pb2.REJECTION_REASON_CHUNK_OUT_OF_RANGE,
 })
-# "Nothing was changed, resend": the coordinator's disk is full or its actor is overloaded.
-# Asked to send again later: the coordinator's disk is full, or a result offered after a
-# restore came before this worker measured the run on the stream.
-# Refusals of a frame that say "later": resent after a backoff, never dead-lettered.
+# Refusals that say "nothing was changed, send it again later", resent after a backoff and never
+# dead-lettered: the coordinator's disk is full, its actor is overloaded (OVERLOADED; STORAGE_FULL
+# to a worker below protocol 6), or a result offered after a restore came before this worker
+# measured the run on the stream.
 _TRANSIENT = frozenset({common_pb2.REJECTION_REASON_STORAGE_FULL, common_pb2.REJECTION_REASON_OVERLOADED,
                         common_pb2.REJECTION_REASON_NOT_YET_MEASURED})
 

@@ -26,11 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from coordinator.console import limits
-
-log = structlog.get_logger("fleet.console")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +91,13 @@ class Feed:
             self.hub.on_events.remove(self.on_events)
 
     def on_events(self, events: list[tuple[Any, int]]) -> None:
-        """A commit's events, each (core Emit, at_ms), as Hub.publish_all hands them over."""
-        self.publish([(at_ms, e.event, e.run_id or "", e.subject, e.detail) for e, at_ms in events])
-
-    def publish(self, rows: list[tuple[int, str, str, str, str]]) -> None:
-        """Events (at_ms, event, run_id, subject, detail) that arrived together: one message per
-        run (rule 2), in the order each run first appears."""
+        """A commit's events, each (core Emit, at_ms), as Hub.publish_all hands them over: one
+        message per run (rule 2), in the order each run first appears."""
         by_run: dict[str, list[dict]] = {}
-        for at_ms, event, run_id, subject, detail in rows:
+        for e, at_ms in events:
+            run_id = e.run_id or ""
             by_run.setdefault(run_id, []).append(
-                {"at_ms": at_ms, "event": event, "run_id": run_id, "subject": subject, "detail": detail})
+                {"at_ms": at_ms, "event": e.event, "run_id": run_id, "subject": e.subject, "detail": e.detail})
         batch: list[Item] = []
         cap = limits.SSE_EVENTS_PER_MESSAGE_MAX
         for run_id, evs in by_run.items():
@@ -113,7 +106,7 @@ class Feed:
                 item = Item(self.seq, run_id, encode(self._id(self.seq), "fleet", evs[i:i + cap]))
                 self._keep(item)
                 batch.append(item)
-        self.events_total += len(rows)
+        self.events_total += len(events)
         if batch:
             for c in list(self.clients):
                 c.offer(batch)

@@ -1,8 +1,9 @@
 """W1's cell for the peer systems of tools/bench/peers.py: the same no-op subject and verifier
 as fleet's python executor runs (tools/bench/data/noopbench), called in a worker of Dask or of
-Celery: one task per group (`group`, the faithful shape) or one task per cell (`cell`). The Celery app is configured from FLEET_BENCH_REDIS_URL, with late acks (a task is
-acknowledged only after it ran) and results stored in the same Redis; with
-FLEET_BENCH_CELERY_DEFAULTS=1, Celery's own defaults instead (acked on receipt, prefetch 4)."""
+Celery: one task per group (`group`, the faithful shape) or one task per cell (`cell`). The
+Celery app is configured from FLEET_BENCH_REDIS_URL, with late acks (a task is acknowledged
+only after it ran) and results stored in the same Redis; with FLEET_BENCH_CELERY_DEFAULTS=1,
+Celery's own defaults instead (acked on receipt, prefetch 4)."""
 from __future__ import annotations
 
 import os

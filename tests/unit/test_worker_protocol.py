@@ -25,6 +25,16 @@ def opened(p: wp.WorkerProtocol, *, by_reports: bool = False) -> list[wp.Action]
                                     idle_heartbeat_ms=30_000))
 
 
+def ran(*, by_reports: bool = True, attempts: tuple[AttemptId, ...] = (T1, T2)) -> wp.WorkerProtocol:
+    """A protocol with a stream open and group A run: every cell's report stored, none acked."""
+    p = wp.WorkerProtocol()
+    opened(p, by_reports=by_reports)
+    started(p, attempts=attempts)
+    stored(p, *attempts)
+    p.handle(wp.GroupRan(A))
+    return p
+
+
 def test_a_group_finishes_after_every_report_settled_and_its_group_finished_was_answered() -> None:
     p = wp.WorkerProtocol()
     opened(p)
@@ -43,11 +53,7 @@ def test_a_group_finishes_after_every_report_settled_and_its_group_finished_was_
 
 
 def test_protocol_5_finishes_in_the_commit_of_the_last_ack_without_group_finished() -> None:
-    p = wp.WorkerProtocol()
-    opened(p, by_reports=True)
-    started(p)
-    stored(p, T1, T2)
-    p.handle(wp.GroupRan(A))
+    p = ran()
     assert p.handle(wp.ReportAcked(A, T1, wp.AckKind.ACCEPTED)) == [wp.CommitAck(A, T1)]
     assert p.handle(wp.ReportAcked(A, T2, wp.AckKind.DUPLICATE)) == [
         wp.CommitAck(A, T2), wp.FinishAssignment(A, wp.FinishBy.REPORTS)]
@@ -57,11 +63,7 @@ def test_protocol_5_finishes_in_the_commit_of_the_last_ack_without_group_finishe
 
 
 def test_an_ack_that_comes_twice_counts_its_cell_once() -> None:
-    p = wp.WorkerProtocol()
-    opened(p, by_reports=True)
-    started(p)
-    stored(p, T1, T2)
-    p.handle(wp.GroupRan(A))
+    p = ran()
     assert p.handle(wp.ReportAcked(A, T1, wp.AckKind.ACCEPTED)) == [wp.CommitAck(A, T1)]
     assert p.handle(wp.ReportAcked(A, T1, wp.AckKind.DUPLICATE)) == [wp.CommitAck(A, T1)], \
         "T2 is not acknowledged: the group is not complete"
@@ -69,11 +71,7 @@ def test_an_ack_that_comes_twice_counts_its_cell_once() -> None:
 
 
 def test_protocol_5_still_sends_group_finished_when_a_cell_was_late() -> None:
-    p = wp.WorkerProtocol()
-    opened(p, by_reports=True)
-    started(p, attempts=(T1,))
-    stored(p, T1)
-    p.handle(wp.GroupRan(A))
+    p = ran(attempts=(T1,))
     assert p.handle(wp.ReportAcked(A, T1, wp.AckKind.LATE)) == [wp.CommitAck(A, T1)]
     assert p.handle(wp.AckCommitted(A, T1)) == [wp.SendGroupFinished(A, "completed")]
 
@@ -139,20 +137,12 @@ def test_an_orphan_is_handed_back_once_its_buffered_reports_settle() -> None:
 
 
 def test_a_dead_letter_settles_and_hands_the_group_back() -> None:
-    p = wp.WorkerProtocol()
-    opened(p, by_reports=True)
-    started(p, attempts=(T1,))
-    stored(p, T1)
-    p.handle(wp.GroupRan(A))
+    p = ran(attempts=(T1,))
     assert p.handle(wp.ReportDeadLettered(A, T1)) == [wp.SendGroupFinished(A, "handed_back")]
 
 
 def test_a_finish_whose_commit_failed_is_asked_for_again_by_the_next_event() -> None:
-    p = wp.WorkerProtocol()
-    opened(p, by_reports=True)
-    started(p, attempts=(T1,))
-    stored(p, T1)
-    p.handle(wp.GroupRan(A))
+    p = ran(attempts=(T1,))
     assert p.handle(wp.ReportAcked(A, T1, wp.AckKind.ACCEPTED))[-1] == wp.FinishAssignment(A, wp.FinishBy.REPORTS)
     assert p.handle(wp.AssignmentFinished(A, done=False)) == []
     assert p.handle(wp.AckCommitted(A, T1)) == [wp.FinishAssignment(A, wp.FinishBy.REPORTS)]
@@ -178,11 +168,7 @@ def test_heartbeats_every_interval_while_holding_groups_and_when_idle_only_on_ch
 def test_after_a_restore_the_reports_offered_again_must_be_acked_again_before_the_group_finishes() -> None:
     """`--seed 2 --faults restore` found it: T1 acked in the old epoch, T2's ack lost with the
     restore; T2 acked after it must not finish the group while T1's offer is unanswered."""
-    p = wp.WorkerProtocol()
-    opened(p, by_reports=True)
-    started(p)
-    stored(p, T1, T2)
-    p.handle(wp.GroupRan(A))
+    p = ran()
     p.handle(wp.ReportAcked(A, T1, wp.AckKind.ACCEPTED))
     p.handle(wp.AckCommitted(A, T1))
     p.handle(wp.StreamClosed())

@@ -168,6 +168,18 @@ GC_FULL_EVERY_MS = 3_600_000
 SNAPSHOT_CHILD_NICE = 10
 RECONNECT_BACKOFF_MS_MIN = 100
 RECONNECT_BACKOFF_MS_MAX = 10_000
+# A worker that lost a stream while it holds groups or unacknowledged reports has paid work at
+# stake: past the coordinator's stream-end grace its groups go to another worker and run again.
+# Through that grace it tries again every REJOIN_ATTEMPT_MS, each try on a new channel and
+# given that long to be welcomed: gRPC's own reconnect backoff grows 1.6x a try (by the fifth
+# it waits past the grace, and the worker's backoff above likewise), and a Hello lost in the
+# blip is resent at TCP's retransmission pace (0.2, 0.6, 1.4, 3 s). So a 1 s blip costs about
+# one attempt period after the network is back, not the groups
+# (tests/integration/test_netns_blip.py). A try abandoned after its Hello got through costs the
+# coordinator one more registration; a window holds at most 7 tries. A worker with nothing at
+# stake backs off as before: a fleet waiting out a coordinator restart does not hammer it.
+REJOIN_ATTEMPT_MS = 200
+REJOIN_WINDOW_MS = STREAM_END_GRACE_MS_DEFAULT
 
 assert SUSPECT_AFTER_MS_DEFAULT >= 3 * HEARTBEAT_INTERVAL_MS_DEFAULT, "suspicion needs several missed beats"
 # The transport vouches for idle workers only (they lose no group by dying): their silent death
@@ -191,6 +203,7 @@ assert KEEPALIVE_TIMEOUT_MS < KEEPALIVE_TIME_MS
 assert PAGE_ITEMS_DEFAULT <= PAGE_ITEMS_MAX
 assert PAGE_BYTES_MAX + (1 << 20) <= MESSAGE_BYTES_MAX, "a full page plus its summary fits one message"
 assert RECONNECT_BACKOFF_MS_MIN < RECONNECT_BACKOFF_MS_MAX
+assert REJOIN_ATTEMPT_MS * 5 <= REJOIN_WINDOW_MS, "a blip's rejoin gets several tries inside the grace"
 
 # Worker state directory (worker/outbox.py): the durable outbox, assignments, incarnation.
 # The LMDB map is reserved address space, not disk: the file grows with the data. 16 GiB holds

@@ -64,6 +64,8 @@ from common.limits import (
     MESSAGE_BYTES_MAX,
     RECONNECT_BACKOFF_MS_MAX,
     RECONNECT_BACKOFF_MS_MIN,
+    REJOIN_ATTEMPT_MS,
+    REJOIN_WINDOW_MS,
     REPORT_BATCH_BYTES_MAX,
     REPORT_BATCH_REPORTS_MAX,
     SESSION_SEND_QUEUE_FRAMES_MAX,
@@ -183,6 +185,9 @@ def channel_options() -> list[tuple[str, int]]:
         ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MIN),
         ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MIN),
         ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MAX),
+        # A fresh channel (a rejoin attempt, `_rejoin`) gets a fresh connection and backoff, not
+        # the global pool's subchannel that is still backing off.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 
@@ -366,6 +371,7 @@ class WorkerSession:
         # feeds facts (`_handle`) and whose actions it carries out (`_act`).
         self._proto = wp.WorkerProtocol()
         self._running: dict[AssignmentId, _Group] = {}  # groups whose task runs
+        self._chan: grpc.aio.Channel  # the channel to the coordinator, made in run (a rejoin makes another)
         self._stream: _Stream | None = None  # the open stream, welcomed, and its task group
         self._stream_tasks: asyncio.TaskGroup | None = None
         self._running_cells = 0
@@ -513,14 +519,14 @@ class WorkerSession:
         self._token = self._initial_token()
         await asyncio.to_thread(self._prepare_work_root)
         self._adopt_orphans()
-        channel = self._channel()
+        self._chan = self._channel()
         refused: Refused | None = None
         aborted = False
         try:
             async with asyncio.TaskGroup() as tg:
                 self._groups = tg
                 control = [tg.create_task(self._drain_control()), tg.create_task(self._abort_control())]
-                await self._connect_loop(channel)
+                await self._connect_loop()
                 for t in control:
                     t.cancel()
                 for group in self._running.values():
@@ -535,7 +541,7 @@ class WorkerSession:
             aborted = refused is None
         finally:
             self._groups = None
-            await channel.close()
+            await self._chan.close()
         if refused is not None:
             raise refused
         if aborted:
@@ -643,20 +649,43 @@ class WorkerSession:
 
     # ---- streams --------------------------------------------------------------------------
 
-    async def _connect_loop(self, channel: grpc.aio.Channel) -> None:
+    async def _connect_loop(self) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
+        rejoin_until = 0.0
+        rejoin_tries = 0
         while not self._goodbye.is_set():
             if not self._has_credential and self.streams_opened:
                 await self._reread_token_file()
-            outcome = await self._stream_once(channel)
+            started = loop.time()
+            rejoining = started < rejoin_until
+            if rejoining:
+                # A fresh channel a try (common/limits.py REJOIN_ATTEMPT_MS says why), each try
+                # given one attempt period to be welcomed: a Hello lost in the blip is not
+                # waited for at TCP's retransmission pace.
+                await self._chan.close()
+                self._chan = self._channel()
+                rejoin_tries += 1
+            outcome = await self._stream_once(self._chan, REJOIN_ATTEMPT_MS if rejoining else WELCOME_TIMEOUT_MS)
             if outcome == "closed":
                 return
             if outcome == "welcomed":
                 failures = 0
-            cap_ms = min(RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN * (1 << min(failures, 20)))
-            failures += 1
-            delay_ms = self._rng.uniform(RECONNECT_BACKOFF_MS_MIN, cap_ms)
-            self._log.info("reconnecting", in_ms=round(delay_ms), failures=failures)
+                if self._proto.held or self._state.depth:
+                    rejoin_until, rejoin_tries = loop.time() + REJOIN_WINDOW_MS / 1000, 0
+                    self._log.info("rejoining: work at stake", within_ms=REJOIN_WINDOW_MS,
+                                   held=len(self._proto.held), outbox_depth=self._state.depth)
+            if loop.time() < rejoin_until:
+                # Tries start at most one attempt period apart: at once after a stream that
+                # lived, never in a loop against a coordinator that ends streams at once.
+                delay_ms = max(0.0, REJOIN_ATTEMPT_MS - (loop.time() - started) * 1000)
+            else:
+                if rejoining:
+                    self._log.warning("not rejoined within the window: backing off", tries=rejoin_tries)
+                cap_ms = min(RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN * (1 << min(failures, 20)))
+                failures += 1
+                delay_ms = self._rng.uniform(RECONNECT_BACKOFF_MS_MIN, cap_ms)
+                self._log.info("reconnecting", in_ms=round(delay_ms), failures=failures)
             try:
                 await asyncio.wait_for(self._goodbye.wait(), delay_ms / 1000)
             except TimeoutError:
@@ -677,17 +706,17 @@ class WorkerSession:
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self._token}"), ("x-fleet-worker-id", self._config.worker_id))
 
-    async def _stream_once(self, channel: grpc.aio.Channel) -> str:
+    async def _stream_once(self, channel: grpc.aio.Channel, welcome_ms: int) -> str:
         """One stream, from Hello to its end: "closed" (after Goodbye), "welcomed" (it ran and
-        broke) or "failed" (it broke before Welcome). Raises `Refused`."""
+        broke) or "failed" (it broke before Welcome, or was not welcomed within `welcome_ms`
+        of its start). Raises `Refused`."""
         self.streams_opened += 1
         stub = coordinator_pb2_grpc.CoordinatorStub(channel)
         call = stub.Session(metadata=self._metadata())
         s = _Stream(call, self.streams_opened)
         welcomed = False
         try:
-            await s.write_first("hello", self._hello())
-            first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT_MS / 1000)
+            first = await asyncio.wait_for(self._hello_welcome(s), welcome_ms / 1000)
             if first is grpc.aio.EOF:
                 raise _StreamEnded("the coordinator closed the stream before its welcome")
             kind = first.WhichOneof("body")
@@ -732,6 +761,10 @@ class WorkerSession:
             self._handle(wp.StreamClosed())
             s.close()
         return "welcomed" if welcomed else "failed"
+
+    async def _hello_welcome(self, s: _Stream) -> Any:
+        await s.write_first("hello", self._hello())
+        return await s.call.read()
 
     def _hello(self) -> coordinator_pb2.Hello:
         buffered: list[str] = []

@@ -121,7 +121,15 @@ class Lan:
 
     def delay(self, role: str, spec: tuple[str, ...] = ("200ms", "50ms")) -> bool:
         """netem delay on the node's eth0; False (with a note) when tc or netem is missing."""
-        return self._netem(role, "delay", *spec)
+        if shutil.which("tc") is None:
+            self.notes.append("tc is not installed: the delay step was skipped")
+            return False
+        done = run(*self.exec_argv(role, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", *spec),
+                   check=False)
+        if done.returncode != 0:
+            self.notes.append(f"tc netem unavailable ({done.stderr.strip()}): the delay step was skipped")
+            return False
+        return True
 
     def port(self, role: str, up: bool) -> None:
         """The node's port taken off the bridge (its frames go nowhere) or put back: the node's
@@ -133,16 +141,6 @@ class Lan:
             run("ip", "-n", self.bridge_ns, "link", "set", f"p-{role}", "master", "br0")
         else:
             run("ip", "-n", self.bridge_ns, "link", "set", f"p-{role}", "nomaster")
-
-    def _netem(self, role: str, *spec: str) -> bool:
-        if shutil.which("tc") is None:
-            self.notes.append("tc is not installed: the netem step was skipped")
-            return False
-        done = run(*self.exec_argv(role, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", *spec), check=False)
-        if done.returncode != 0:
-            self.notes.append(f"tc netem unavailable ({done.stderr.strip()}): the netem step was skipped")
-            return False
-        return True
 
     def undelay(self, role: str) -> None:
         run(*self.exec_argv(role, "tc", "qdisc", "del", "dev", "eth0", "root"), check=False)

@@ -21,7 +21,6 @@ Needs root and iproute2, and `ss` for the reset shape (skipped otherwise).
 """
 from __future__ import annotations
 
-import json
 import shutil
 from datetime import datetime
 import time
@@ -159,7 +158,6 @@ def test_a_one_second_blip_costs_no_second_execution_and_no_wait(tmp_path: Path,
         print(f"\nblip ({shape}): {BLIP_S:.1f}s from {blip_at - deadline + BUDGET_S:.1f}s, w1's held groups "
               f"{len(held)} acknowledged {held_done_s:.2f}s after the link came back, streams opened by w1: "
               f"{streams}, without a stream on the coordinator: {gap}, pushes lost and sent again: {len(superseded)}, cells {len(starts)}, each executed once")
-        print(json.dumps({"shape": shape, "held": len(held), "held_done_s": round(held_done_s, 2)}))
     finally:
         try:
             if down:

@@ -15,8 +15,9 @@ sweeps both. One state directory belongs to one worker process at a time (a kern
 `flock`, released by the kernel when the owner dies) and to one worker id forever.
 
 Group commit. The `*_async` entry points queue their operation for one writer thread, which
-applies everything queued (and whatever arrives within OUTBOX_GROUP_COMMIT_WAIT_MS) in one
-write transaction and one fsync, each operation in a nested transaction of its own. A caller
+applies everything queued (and whatever arrives within OUTBOX_GROUP_COMMIT_WAIT_MS, a window
+an urgent operation, one a slot waits on, ends at once) in one write transaction and one
+fsync, each operation in a nested transaction of its own. A caller
 resumes only after that commit: the same promise as the synchronous methods, at one fsync
 and one hop back to the event loop per batch instead of per operation.
 
@@ -353,6 +354,7 @@ class _Op:
     body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]]
     loop: asyncio.AbstractEventLoop
     fut: asyncio.Future[Any]
+    urgent: bool = False  # a slot waits on it: it cuts the group-commit window short
 
 
 def _resolve(done: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
@@ -399,6 +401,7 @@ class WorkerState:
         self._tmp_dir = state_dir / "artifacts" / "tmp"
         self._credential_path = state_dir / "credential"
         self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._urgent = threading.Event()  # an urgent operation is queued: the window ends
         self._writer: threading.Thread | None = None
         self._writer_start = threading.Lock()
         self._stopping = threading.Event()
@@ -1101,17 +1104,19 @@ class WorkerState:
     # to the event loop in one call per batch, not one thread hop per operation.
 
     async def put_report_async(self, attempt_id: AttemptId, assignment_id: AssignmentId, payload: bytes,
-                               files: Sequence[tuple[str, Path]]) -> OutboxEntry:
+                               files: Sequence[tuple[str, Path]], *, urgent: bool = False) -> OutboxEntry:
         """`put_report`, group-committed. With files the copy and fsync of the files come
-        first, so that path stays `put_report` in a thread of its own."""
+        first, so that path stays `put_report` in a thread of its own. `urgent`: the commit is
+        not held for the group-commit window (the group's last report: its slot waits on it)."""
         if files:
             return await asyncio.to_thread(self.put_report, attempt_id, assignment_id, payload, files)
         _check_id("attempt id", attempt_id)
         _check_id("assignment id", assignment_id)
         _check_record("report", payload)
         key = _id_key(attempt_id)
-        entry: OutboxEntry = await self._group(
-            "record a report", lambda txn: (self._put_entry(txn, key, attempt_id, assignment_id, payload, ()), ()))
+        entry: OutboxEntry = await self._queue(
+            "record a report", lambda txn: (self._put_entry(txn, key, attempt_id, assignment_id, payload, ()), ()),
+            urgent=urgent)
         return entry
 
     async def ack_async(self, attempt_id: AttemptId) -> bool:
@@ -1125,8 +1130,10 @@ class WorkerState:
         return self._queue("acknowledge a report", lambda txn: self._ack(txn, attempt_id))
 
     async def record_assignment_async(self, assignment_id: AssignmentId, payload: bytes) -> bool:
-        fresh: bool = await self._group("record an assignment",
-                                        lambda txn: (self._record_assignment(txn, assignment_id, payload), ()))
+        """`record_assignment`, group-committed and urgent: its cells start after it."""
+        fresh: bool = await self._queue("record an assignment",
+                                        lambda txn: (self._record_assignment(txn, assignment_id, payload), ()),
+                                        urgent=True)
         return fresh
 
     async def finish_assignment_async(self, assignment_id: AssignmentId) -> None:
@@ -1136,16 +1143,16 @@ class WorkerState:
         """`finish_assignment_async` queued at once, as `ack_queued`."""
         return self._queue("finish an assignment", lambda txn: (self._finish_assignment(txn, assignment_id), ()))
 
-    async def _group(self, action: str, body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]]) -> Any:
-        return await self._queue(action, body)
-
-    def _queue(self, action: str, body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]]) -> asyncio.Future[Any]:
+    def _queue(self, action: str, body: Callable[[lmdb.Transaction], tuple[Any, Sequence[Digest]]], *,
+               urgent: bool = False) -> asyncio.Future[Any]:
         """Queue an operation for the writer thread; the future resolves after its commit."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         if self._writer is None:
             self._start_writer()
-        self._ops.put(_Op(action, body, loop, fut))
+        self._ops.put(_Op(action, body, loop, fut, urgent))
+        if urgent:
+            self._urgent.set()
         return fut
 
     def _start_writer(self) -> None:
@@ -1169,9 +1176,14 @@ class WorkerState:
             if first is None:
                 return
             ops = [first]
-            # Sleep out the window, then take what came: waiting on the queue instead would wake
+            # Sit out the window, then take what came: waiting on the queue instead would wake
             # this thread (and make it contend for the GIL) once per operation that arrives.
-            time.sleep(OUTBOX_GROUP_COMMIT_WAIT_MS / 1000)
+            # An urgent operation (a slot waits on it) is not held, and ends a window begun by
+            # one that can wait: the worker's CPU per cell stays that of the window, and a
+            # refill does not pay it twice (issue 26).
+            if not first.urgent:
+                self._urgent.wait(OUTBOX_GROUP_COMMIT_WAIT_MS / 1000)
+            self._urgent.clear()  # set again by any urgent operation queued after this
             while len(ops) < OUTBOX_GROUP_COMMIT_OPS_MAX:
                 try:
                     nxt = self._ops.get_nowait()

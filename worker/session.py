@@ -212,6 +212,7 @@ class _Group:
 
     cancel: CancelEvent = field(default_factory=CancelEvent)
     task: asyncio.Task[None] | None = None
+    unbuffered: int = 0  # its cells whose outcome is not yet in the outbox
 
 
 _ACK_KINDS = {_ACCEPTED: wp.AckKind.ACCEPTED, _DUPLICATE: wp.AckKind.DUPLICATE, _LATE: wp.AckKind.LATE}
@@ -963,7 +964,7 @@ class WorkerSession:
         plog.debug("assignment received", generation=push.generation, group=push.group_id,
                   cells=len(push.cells), deadline_ms=push.deadline_ms)
         assert self._groups is not None, "pushes arrive only while the session runs"
-        group = self._running[aid] = _Group()
+        group = self._running[aid] = _Group(unbuffered=len(push.cells))
         group.task = self._groups.create_task(self._run_group(aid, group, push))
 
     async def _on_revoke(self, revoke: coordinator_pb2.Revoke) -> None:
@@ -1082,10 +1083,16 @@ class WorkerSession:
         payload = codec.cell_report_payload(push, cell, report)
         # Unsettled before the entry exists, so its ack can never come first.
         self._handle(wp.CellFinished(aid, attempt))
+        # The group's last outcome frees its slot once the coordinator has it: not held back
+        # for the outbox's group commit; the others share their commit with it.
+        group = self._running.get(aid)
+        if group is not None:
+            group.unbuffered -= 1
+        urgent = group is None or group.unbuffered <= 0
         full_logged = False
         while True:
             try:
-                await self._state.put_report_async(attempt, aid, payload, files)
+                await self._state.put_report_async(attempt, aid, payload, files, urgent=urgent)
                 break
             except OutboxFull as e:
                 if not full_logged:

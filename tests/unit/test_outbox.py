@@ -446,6 +446,38 @@ def test_group_commit_puts_and_acks_many_operations_in_few_transactions(state: W
         reopened.close()
 
 
+def test_an_urgent_operation_ends_the_group_commit_window_and_shares_its_commit(state: WorkerState,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report that can wait is held for the window (here a minute, so that holding is
+    seen); the group's last report, urgent, ends the window at once and both share one
+    commit; an assignment's record is urgent on its own (its cells start after it)."""
+    import asyncio
+
+    commits: list[int] = []
+    real = WorkerState._commit_group
+
+    def counting(self: WorkerState, ops: list) -> list:
+        commits.append(len(ops))
+        return real(self, ops)
+
+    monkeypatch.setattr(WorkerState, "_commit_group", counting)
+    monkeypatch.setattr(outbox_mod, "OUTBOX_GROUP_COMMIT_WAIT_MS", 60_000)
+    a1, a2 = AttemptId("run-x:t0/r0/s0:a1"), AttemptId("run-x:t0/r0/s1:a1")
+
+    async def main() -> None:
+        first = asyncio.ensure_future(state.put_report_async(a1, G1, b"one", []))
+        done, _ = await asyncio.wait([first], timeout=0.3)
+        assert not done and commits == [], "a report that can wait is held for the window"
+        last = await asyncio.wait_for(state.put_report_async(a2, G1, b"two", [], urgent=True), 20)
+        assert (await first).attempt_id == a1 and last.attempt_id == a2
+        assert commits == [2]
+        assert await asyncio.wait_for(state.record_assignment_async(AssignmentId("g9"), b"push"), 20)
+        assert commits == [2, 1]
+
+    asyncio.run(main())
+    assert [e.attempt_id for e in state.pending()] == [a1, a2]
+
+
 def test_queued_operations_are_queued_at_the_call_in_call_order_and_need_no_task(state: WorkerState,
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """ack_queued and finish_assignment_queued hand their operation to the writer when called

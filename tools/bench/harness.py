@@ -78,6 +78,25 @@ def tree_cpu(pids: list[int]) -> float:
     return total
 
 
+def tree_rss_kb(pid: int) -> tuple[int, int]:
+    """VmRSS of `pid` and all its descendants now, in KiB: (the whole tree, the descendants
+    alone). A sum of RSS counts a page two processes share twice (a store both map): an upper
+    bound on what the tree holds, which is what a 2 GB machine must fit."""
+    kids = _children()
+    total = own = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(kids.get(p, []))
+        try:
+            kb = memory_kb(p).get("VmRSS", 0)
+        except OSError:
+            continue
+        total += kb
+        own = kb if p == pid else own
+    return total, total - own
+
+
 def mono() -> float:
     return time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of this machine
 

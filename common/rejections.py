@@ -58,3 +58,5 @@ class Rejection(enum.IntEnum):
     NOT_YET_MEASURED = 46  # an offered result before its worker measured the run on this stream: resend
     # Issue 25.
     OVERLOADED = 47  # the coordinator's command queue is full; nothing was changed: resend
+    # Issue 26 (a 1 s blip).
+    SESSION_STALE = 48  # the Hello of a stream older than one its worker process already opened

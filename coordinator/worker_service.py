@@ -98,6 +98,17 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             return
         wid = WorkerId(grant.worker_id)
+        newer = self.hub.stale_hello(wid, hello.incarnation, hello.stream)
+        if newer:
+            # Refused before the core hears of it: reconciled against, its owned list (older
+            # than the live session's pushes) would hand on groups the worker is running.
+            log.warning("hello_stale", worker_id=wid, incarnation=hello.incarnation, stream=hello.stream,
+                        newer_stream=newer)
+            await context.abort(grpc.StatusCode.ABORTED,
+                                f"{Rejection.SESSION_STALE.name}: stream {hello.stream} of incarnation "
+                                f"{hello.incarnation}, but this worker process already opened stream {newer}: "
+                                "a Hello delayed in a dead connection")
+            return
         session = Session(wid, context, batch_acks=hello.protocol_version >= codec.ACK_BATCH_PROTOCOL_VERSION,
                           incarnation=hello.incarnation,
                           bundles=hello.protocol_version >= codec.BUNDLE_PROTOCOL_VERSION,

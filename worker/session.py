@@ -764,10 +764,12 @@ class WorkerSession:
         return "welcomed" if welcomed else "failed"
 
     async def _hello_welcome(self, s: _Stream) -> Any:
-        await s.write_first("hello", self._hello())
+        await s.write_first("hello", self._hello(s.number))
         return await s.call.read()
 
-    def _hello(self) -> coordinator_pb2.Hello:
+    def _hello(self, stream: int) -> coordinator_pb2.Hello:
+        """`stream`: this stream's number in this process (Hello.stream: a Hello delayed in a
+        dead connection, arriving after a newer one, is refused instead of reconciled)."""
         buffered: list[str] = []
         chars = 0
         for entry in self._pending_entries():
@@ -789,6 +791,7 @@ class WorkerSession:
             buffered_attempt_ids=buffered,
             protocol_version=PROTOCOL_VERSION,
             software_version=self._version,
+            stream=stream,
         )
 
     async def _on_welcome(self, s: _Stream, welcome: coordinator_pb2.Welcome) -> None:

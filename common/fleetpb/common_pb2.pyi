@@ -65,6 +65,7 @@ class RejectionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECTION_REASON_WORKER_NOT_QUARANTINED: _ClassVar[RejectionReason]
     REJECTION_REASON_NOT_YET_MEASURED: _ClassVar[RejectionReason]
     REJECTION_REASON_OVERLOADED: _ClassVar[RejectionReason]
+    REJECTION_REASON_SESSION_STALE: _ClassVar[RejectionReason]
 
 class Execution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -163,6 +164,7 @@ REJECTION_REASON_PROVIDERS_INVALID: RejectionReason
 REJECTION_REASON_WORKER_NOT_QUARANTINED: RejectionReason
 REJECTION_REASON_NOT_YET_MEASURED: RejectionReason
 REJECTION_REASON_OVERLOADED: RejectionReason
+REJECTION_REASON_SESSION_STALE: RejectionReason
 EXECUTION_UNSPECIFIED: Execution
 EXECUTION_COMPLETED: Execution
 EXECUTION_SUBJECT_FAILED: Execution

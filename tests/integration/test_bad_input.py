@@ -602,6 +602,31 @@ def test_refused_registration_leaves_the_live_session_alone(cluster, sessions, h
     assert_serves(cluster, sessions, run_id)
 
 
+def test_a_hello_delayed_past_a_newer_stream_is_session_stale_and_changes_nothing(cluster, sessions):
+    """A 1 s blip under load: the Hello of stream 2, written into a connection that died, is
+    retransmitted after the worker's stream 3 was welcomed and given a group. Reconciled, its
+    owned list (from before that push) would hand the running group on: the worker would run
+    it twice. It is refused instead; the live session keeps its group and its reports count."""
+    run_id = submit(cluster)
+    live = worker(cluster, sessions, "w-a", incarnation=5, stream=3)
+    before = snapshot(cluster, run_id)
+    for stream in (2, 3):  # older than the live stream, and the live stream's own number again
+        late = raw(cluster, sessions, live.welcome.worker_credential, "w-a")
+        late.send(rc.hello("w-a", incarnation=5, stream=stream))
+        assert assert_aborted(late, grpc.StatusCode.ABORTED, "SESSION_STALE") == []
+    assert_unchanged(cluster, before, run_id)
+    report_all(live, live.pushes[0])  # raises SessionClosed had the stale Hello replaced it
+    cells = {c["cell_id"]: c for c in cluster.results(run_id)["cells"]}
+    assert all(cells[c.cell_id]["state"] == "selected" for c in live.pushes[0].cells)
+    assert not [e for e in cluster.status()["workers"] if e["worker_id"] == "w-a" and e["status"] != "active"]
+    # A newer stream of the same process, and any stream of a newer process, still replace it.
+    newer = raw(cluster, sessions, live.welcome.worker_credential, "w-a")
+    newer.open(rc.hello("w-a", incarnation=5, stream=4))
+    restarted = raw(cluster, sessions, live.welcome.worker_credential, "w-a")
+    restarted.open(rc.hello("w-a", incarnation=6, stream=1))
+    assert_serves(cluster, sessions, run_id)
+
+
 def test_replaced_session_ends_promptly(cluster, sessions):
     run_id = submit(cluster)
     old = worker(cluster, sessions, "w-a", incarnation=5)

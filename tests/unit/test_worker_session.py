@@ -373,11 +373,13 @@ def test_the_credential_from_welcome_is_saved_and_presented_from_then_on(tmp_pat
             fake.current.cut.set()
             await eventually(lambda: len(fake.streams) == 2, "a reconnect")
             assert fake.streams[1].metadata["authorization"] == "Bearer cred-abc"
+            # Each stream of a process numbers its Hello (a delayed one is refused as stale).
+            assert [st.hello.stream for st in fake.streams] == [1, 2]
             assert await w.drain() is Ended.DRAINED
             w2 = Worker(config, FakeExecutor())  # a restarted process uses it too
             await eventually(lambda: len(fake.streams) == 3, "the restarted worker's stream")
             assert fake.streams[2].metadata["authorization"] == "Bearer cred-abc"
-            assert fake.streams[2].hello.incarnation == 2
+            assert (fake.streams[2].hello.incarnation, fake.streams[2].hello.stream) == (2, 1)
             assert await w2.drain() is Ended.DRAINED
 
     asyncio.run(go())

@@ -240,7 +240,8 @@ class Worker {
       s.close(`${grpc.status[e.code]}: ${e.details}`);
     });
     s.call.on('end', () => s.close('the coordinator ended the stream'));
-    s.send('hello', this.hello()).catch(() => {});
+    this.streamsOpened = (this.streamsOpened || 0) + 1;  // Hello.stream: a delayed Hello is refused, not reconciled
+    s.send('hello', this.hello(this.streamsOpened)).catch(() => {});
     const timeout = setTimeout(() => s.close('no welcome in time'), WELCOME_TIMEOUT_MS);
     const w = await Promise.race([welcome, s.done.then(() => null)]);
     clearTimeout(timeout);
@@ -270,7 +271,7 @@ class Worker {
     return welcomed ? 'welcomed' : 'failed';
   }
 
-  hello() {
+  hello(stream) {
     return {
       worker_id: this.cfg.workerId, incarnation: this.state.incarnation, slots: this.cfg.slots,
       cpu_millis: this.cfg.cpuMillis, memory_mb: this.cfg.memoryMb,
@@ -280,6 +281,7 @@ class Worker {
       owned_assignment_ids: [...this.held].filter(([, h]) => h.running && !h.revoked).map(([a]) => a).sort(),
       buffered_attempt_ids: [...this.outbox.keys()],
       protocol_version: this.protocolVersion, software_version: `fleet-node-worker/${require('./package.json').version}`,
+      stream,
     };
   }
 

@@ -23,6 +23,7 @@ from coordinator import codec
 from coordinator.actor import Actor, Batch, Overloaded, Reply, Request
 from coordinator.auth import AuthError
 from coordinator.core.effects import Emit, Outcome, OutcomeKind, PushAssignment, Transition
+from coordinator.hellos import HelloStreams
 from coordinator.metrics import Metrics
 
 log = structlog.get_logger("fleet.servicer")
@@ -118,23 +119,8 @@ class Hub:
         # Each hook gets a batch's events at once, in order, each with its time (metrics count
         # them with one increment per kind, not one per cell).
         self.on_events: list[Callable[[list[tuple[Emit, int]]], None]] = []
-        # worker -> (incarnation, the highest Hello.stream it said): one small entry per worker.
-        self.hello_streams: dict[str, tuple[int, int]] = {}
+        self.hello_streams = HelloStreams()  # a Hello delayed past a newer stream is refused
         self._log: Any = None
-
-    def stale_hello(self, worker_id: str, incarnation: int, stream: int) -> int:
-        """0 when this Hello may go on (and it is recorded); else the number of the newer
-        stream the same worker process already opened: this one was delayed in a dead
-        connection (Hello.stream). Unnumbered Hellos (stream 0) always go on; an older
-        incarnation is the core's to refuse (INCARNATION_STALE), so it is not recorded."""
-        if not stream:
-            return 0
-        seen_incarnation, seen = self.hello_streams.get(worker_id, (0, 0))
-        if incarnation == seen_incarnation and stream <= seen:
-            return seen
-        if incarnation >= seen_incarnation:
-            self.hello_streams[worker_id] = (incarnation, stream)
-        return 0
 
     def attach(self, session: Session) -> None:
         old = self.sessions.get(session.worker_id)

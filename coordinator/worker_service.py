@@ -98,7 +98,7 @@ class CoordinatorServicer(Uploads, LivenessFeed, coordinator_pb2_grpc.Coordinato
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             return
         wid = WorkerId(grant.worker_id)
-        newer = self.hub.stale_hello(wid, hello.incarnation, hello.stream)
+        newer = self.hub.hello_streams.stale(wid, hello.incarnation, hello.stream)
         if newer:
             # Refused before the core hears of it: reconciled against, its owned list (older
             # than the live session's pushes) would hand on groups the worker is running.

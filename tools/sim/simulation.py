@@ -47,6 +47,7 @@ from coordinator.core import new_state, step, summarize
 from coordinator.core.effects import Emit, EndSession, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import WorkerStatus, counted_attempts, durable_fingerprint
+from coordinator.hellos import HelloStreams
 from tools.sim.invariants import provider_step_problems
 from worker import protocol as wp
 
@@ -307,10 +308,11 @@ class Simulation:
         self.restarts = 0
         # The coordinator's side of each session: the stream (worker conn) whose hello it accepted.
         self.attached: dict[WorkerId, int] = {}
+        self.hellos = HelloStreams()  # the edge's check of a hello delayed past a newer stream
         self.said: dict[WorkerId, tuple] = {}  # what each worker's last heartbeat or hello said it owns
         self.beat_at: dict[WorkerId, int] = {}  # when that was (a StreamsAlive pass counts too)
         self.stats = {"frames_dropped": 0, "frames_duplicated": 0, "late_reports": 0, "rejected": 0,
-                      "pushes": 0, "revokes": 0, "worker_crashes": 0, "partitions": 0}
+                      "pushes": 0, "revokes": 0, "worker_crashes": 0, "partitions": 0, "stale_hellos": 0}
         spec_doc = {
             "benchmark": {"name": "sim", "version": "1"},
             "executor": {"kind": "command"},
@@ -546,6 +548,13 @@ class Simulation:
         w = self.workers[wid]
         if kind == "hello":
             _, incarnation, owned, buffered, conn = frame
+            newer = self.hellos.stale(wid, incarnation, conn)
+            if newer:
+                # The servicer refuses it (SESSION_STALE) before the core hears of it, and
+                # that stream is over: no welcome (a duplicated hello is one too).
+                self.note(f"edge refused {wid}'s hello of stream {conn}: stream {newer} came first")
+                self.stats["stale_hellos"] += 1
+                return
             out = self.apply(c.WorkerRegistered(self.now, wid, incarnation, w.slots, ENV_ID,
                                                 owned=owned, buffered=buffered, environment=WORKER_ENVIRONMENT))
             if not out.ok:
@@ -616,6 +625,7 @@ class Simulation:
         before = durable_fingerprint(self.state)
         self.coordinator_up = False
         self.restarts += 1
+        self.hellos = HelloStreams()  # the new coordinator process remembers no stream
         for w in self.workers.values():
             self.disconnect(w)
         self.note("coord crashed")
@@ -1206,6 +1216,7 @@ class Simulation:
         self.extra_stats["restores"] += 1
         self.coordinator_up = False
         self.restarts += 1
+        self.hellos = HelloStreams()  # the new coordinator process remembers no stream
         for w in self.workers.values():
             self.disconnect(w)
         self.issued_before_restore.update(dict.fromkeys(self.state.attempts))

@@ -199,8 +199,10 @@ class Faults:
     def quiet(rng: random.Random) -> Faults:
         """Faults that lose no attempt to timing, so that which attempt of a cell is selected
         does not depend on when groups run: lost and late frames, a pause, and every kind of
-        outcome (retries included). No process dies, nothing expires, and no hello arrives
-        twice (a repeated hello reconciles away a group pushed in between: a lost attempt)."""
+        outcome (retries included). No process dies, nothing expires, and no frame arrives
+        twice (a repeated hello used to reconcile away a group pushed in between, a lost
+        attempt; the edge's check, `HelloStreams`, now refuses it, but the quiet draw is kept
+        as it was so that its seeds stay comparable)."""
         f = Faults.draw(rng)
         f.duplicate = 0.0
         f.partition = f.worker_crash = f.env_failure = f.straggler = f.stream_reset = False

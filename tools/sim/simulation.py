@@ -9,7 +9,9 @@ groups, what each may do next, its hello and heartbeats), a new one per process,
 worker/session.py drives it, around a model of the shell's I/O (an outbox whose commits are
 immediate, cells that run for a drawn time, uploads as one frame). After each of its steps the
 worker's rules are checked (`worker_problems`): an assignment finished while a report of it waits
-unacknowledged is a failure of the seed, as any of the core's invariants is.
+unacknowledged is a failure of the seed, as any of the core's invariants is. So is a hello
+that releases a group its worker's process is running (`check_reconciled`): the servicer's
+check of a hello of an older stream (coordinator/hellos.py) runs here too, as it does there.
 
 The network loses frames on a live stream, which a gRPC stream never does (there a loss is a
 broken stream, and the next stream replays): the shell's model sends an unacknowledged report or
@@ -462,7 +464,21 @@ class Simulation:
             self.restore_step_check()
         if self.extra_names and (t.durable or t.effects):
             self.observe_extra(cmd, t)
+        if self.check and isinstance(cmd, c.WorkerRegistered):
+            self.check_reconciled(cmd, t)
         return self.deliver(t)
+
+    def check_reconciled(self, cmd: c.WorkerRegistered, t: Any) -> None:
+        """A hello releases the groups it does not list; none of them may be running in the
+        process that said it (its cells would run twice). The hello of an older stream, late
+        or repeated, would say too little: the edge refuses it (`HelloStreams`)."""
+        for e in t.effects:
+            if (isinstance(e, Emit) and e.event == "assignment_superseded"
+                    and e.detail == "not held by the worker when it reconnected"):
+                w = self.workers[cmd.worker_id]
+                if w.alive and w.incarnation == cmd.incarnation and w.cells.get(e.subject):
+                    self.fail(f"{cmd.worker_id}'s hello released {e.subject}, which its process runs: "
+                              "its cells run twice")
 
     # --- the extra faults' checks -------------------------------------------------------------
     def protected_worker(self, wid: WorkerId) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from common.evidence import Cleanup, Execution, Report, Status, Usage, Verification
 from common.fleetpb import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from common.ids import AssignmentId, AttemptId, WorkerId
-from common.limits import CHUNK_BYTES_MAX
+from common.limits import CHUNK_BYTES_MAX, REJOIN_ATTEMPT_MS, REJOIN_WINDOW_MS
 from worker import codec
 from worker.config import WorkerConfig
 from worker.executor.base import AttemptDirs, CellJob, CellOutcome, LocalArtifact, now_ms, seal
@@ -46,6 +47,8 @@ class FakeStream:
         self.out: asyncio.Queue[Frame] = asyncio.Queue()
         self.cut = asyncio.Event()
         self.ended = False
+        self.peer = ""  # the client's address: a new port is a new connection
+        self.opened_s = 0.0  # loop time of its hello
 
     def of(self, kind: str) -> list[Any]:
         return [getattr(f, kind) for f in self.frames if f.WhichOneof("body") == kind]
@@ -97,6 +100,7 @@ class FakeCoordinator(coordinator_pb2_grpc.CoordinatorServicer):
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         first = await context.read()
         st = FakeStream(len(self.streams) + 1, dict(context.invocation_metadata()))
+        st.peer, st.opened_s = context.peer(), asyncio.get_running_loop().time()
         st.frames.append(first)
         self.streams.append(st)  # listed once its hello is in
         if self.refuse is not None:
@@ -623,6 +627,45 @@ def test_groups_keep_running_while_disconnected_and_report_after_reconnecting(tm
             await eventually(lambda: fake.group_finished() == [(push.assignment_id, "completed")], "group finished")
             assert len(fake.streams) > refused_streams and len(ex.runs) == 2 and not ex.cancelled
             assert sorted(fake.reports) == sorted(c.attempt_id for c in push.cells)
+            assert await w.drain() is Ended.DRAINED
+
+    asyncio.run(go())
+
+
+def test_a_lost_stream_with_work_at_stake_is_rejoined_on_fresh_connections_then_backs_off(tmp_path: Path) -> None:
+    """Through the rejoin window (the coordinator's grace) a worker holding a group tries every
+    REJOIN_ATTEMPT_MS, each try on a new channel (a new connection: a backing-off subchannel is
+    not shared); past the window, not welcomed, it backs off as any worker does, on one channel."""
+    async def go() -> None:
+        fake = FakeCoordinator()
+        ex = FakeExecutor(block=True)
+        async with serving(fake) as port:
+            w = Worker(make_config(tmp_path, port), ex)
+            w.session._rng = random.Random(26)  # the backoff's draws, fixed
+            await eventually(lambda: fake.streams, "a stream")
+            fake.send(Frame(assignment=make_push()))
+            await eventually(lambda: len(ex.runs) == 2, "both cells started")
+            fake.refuse_first = 10**6  # every new stream is refused UNAVAILABLE
+            loop = asyncio.get_running_loop()
+            cut_at = loop.time()
+            fake.current.cut.set()
+            window_s, attempt_s = REJOIN_WINDOW_MS / 1000, REJOIN_ATTEMPT_MS / 1000
+            await asyncio.sleep(window_s + 2.5)
+            tries = fake.streams[1:]
+            inside = [st for st in tries if st.opened_s < cut_at + window_s]
+            after = [st for st in tries if st.opened_s > cut_at + window_s + attempt_s]
+            assert len(inside) >= 4, [round(st.opened_s - cut_at, 3) for st in tries]
+            assert len({st.peer for st in inside}) == len(inside), "a rejoin try reused a connection"
+            gaps = [b.opened_s - a.opened_s for a, b in zip(inside, inside[1:])]
+            # One try an attempt period (each timed from the start of the one before), never a loop.
+            assert sum(gaps) / len(gaps) >= attempt_s * 0.9 and min(gaps) >= attempt_s / 2, gaps
+            assert len(after) >= 2 and len({st.peer for st in after}) == 1, \
+                "past the window the worker should back off on its one channel"
+            assert len(after) < 2.5 / attempt_s, "past the window the worker still tries at the rejoin pace"
+            assert not ex.cancelled, "the group ran on through the disconnection"
+            fake.refuse_first = 0
+            ex.release.set()
+            await eventually(lambda: w.state.depth == 0, "its reports delivered after the coordinator came back", 20)
             assert await w.drain() is Ended.DRAINED
 
     asyncio.run(go())

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,17 +60,23 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def _tree(pids: list[int]) -> Iterator[int]:
+    """`pids` and all their descendants, as /proc lists them now (one listing for the walk)."""
+    kids = _children()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        yield pid
+
+
 def tree_cpu(pids: list[int]) -> float:
     """CPU seconds (user + system) of `pids` and all their descendants: the living ones, and
     through cutime + cstime those a process of the tree has waited for (a child that lived and
     ended inside a window counts; one alive at its start and reaped before its end counts once,
     as the difference of the two readings)."""
-    kids = _children()
     total = 0.0
-    todo = list(pids)
-    while todo:
-        pid = todo.pop()
-        todo.extend(kids.get(pid, []))
+    for pid in _tree(pids):
         try:
             rest = stat_fields(f"/proc/{pid}/stat")
         except OSError:
@@ -82,12 +89,8 @@ def tree_rss_kb(pid: int) -> tuple[int, int]:
     """VmRSS of `pid` and all its descendants now, in KiB: (the whole tree, the descendants
     alone). A sum of RSS counts a page two processes share twice (a store both map): an upper
     bound on what the tree holds, which is what a 2 GB machine must fit."""
-    kids = _children()
     total = own = 0
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        todo.extend(kids.get(p, []))
+    for p in _tree([pid]):
         try:
             kb = memory_kb(p).get("VmRSS", 0)
         except OSError:

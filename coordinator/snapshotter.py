@@ -1,5 +1,5 @@
 """The snapshot process: the state at one log index, folded from the store by a process of its
-own, encoded, and written to its fd 3 for the coordinator to store in parts.
+own, encoded, and written to its fd 3 as it is pickled for the coordinator to store in parts.
 
     python -m coordinator.snapshotter DATA_DIR INDEX PARENT_PID
 
@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from common.limits import SNAPSHOT_CHILD_NICE
+from common.limits import SNAPSHOT_CHILD_NICE, SNAPSHOT_PART_BYTES
 
 OUT_FD = 3  # the pipe to the coordinator, placed here by the spawn's file actions
 FOLD_ATTEMPTS = 3
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported after prepare: the coordinator's modules are a second of work at this priority.
     from coordinator.errors import StoreIOError
     from coordinator.recovery import fold_to
-    from coordinator.snapshot import encode_state
+    from coordinator.snapshot import write_state
     from coordinator.store import Store
 
     for attempt in range(FOLD_ATTEMPTS):
@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     if at != index:
         print(f"fleet snapshotter: the store holds records to {at}, not to {index}", file=sys.stderr)
         return 2
-    write_all(OUT_FD, encode_state(state))
+    with os.fdopen(OUT_FD, "wb", buffering=SNAPSHOT_PART_BYTES) as out:
+        write_state(out, state)
     return 0
 
 

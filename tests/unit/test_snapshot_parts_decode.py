@@ -3,10 +3,12 @@ size (the format tag may straddle parts), without the parts being joined: the li
 as it is read. A wrong tag or a missing part is refused typed."""
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from coordinator.core.state import durable_fingerprint
-from coordinator.snapshot import FORMAT_TAG, SnapshotFormatError, decode_state, encode_state
+from coordinator.snapshot import FORMAT_TAG, SnapshotFormatError, decode_state, encode_state, write_state
 from tests.unit.core_helpers import Core, make_spec
 
 
@@ -94,3 +96,16 @@ def test_soft_state_survives_a_copy_with_its_values() -> None:
     soft.last_heard_ms["w1"] = 3
     again = copy.deepcopy(soft)
     assert again == soft and again.last_heard_ms is not soft.last_heard_ms
+
+
+def test_the_streamed_encoding_is_the_encoding_byte_for_byte() -> None:
+    state = a_state_with_work()
+    out = io.BytesIO()
+    write_state(out, state)
+    assert out.getvalue() == encode_state(state)
+    assert durable_fingerprint(decode_state(out.getvalue())) == durable_fingerprint(state)
+
+
+def test_parts_drawn_from_an_iterator_decode_like_a_list() -> None:
+    data = encode_state(a_state_with_work())
+    assert durable_fingerprint(decode_state(iter(split(data, 1_000)))) == durable_fingerprint(decode_state(data))

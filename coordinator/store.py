@@ -48,7 +48,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import lmdb
@@ -136,17 +136,24 @@ class Recovery:
 
     snapshot_index: int | None
     # The snapshot's bytes in their stored parts, each verified and the whole checked against
-    # the manifest; `decode_state` takes them as they are (a large snapshot is never joined,
-    # so recovery does not hold it twice) and empties the list as it reads.
-    snapshot_parts: list[bytes]
+    # the manifest, read from the store one at a time as they are consumed (once);
+    # `decode_state` takes them as they come, so a large snapshot is never held whole.
+    snapshot_parts: Iterator[bytes]
     records: Iterator[tuple[int, bytes]]
     last_index: int
     warnings: tuple[str, ...]
 
+    _whole: list[bytes] = field(default_factory=list, init=False, repr=False, compare=False)
+
     @property
     def snapshot(self) -> tuple[int, bytes] | None:
-        """The snapshot whole, for callers that want one bytes object (tests, tools)."""
-        return None if self.snapshot_index is None else (self.snapshot_index, b"".join(self.snapshot_parts))
+        """The snapshot whole, for callers that want one bytes object (tests, tools): joined at
+        the first call, which consumes `snapshot_parts`."""
+        if self.snapshot_index is None:
+            return None
+        if not self._whole:
+            self._whole.append(b"".join(self.snapshot_parts))
+        return self.snapshot_index, self._whole[0]
 
 
 class Store:
@@ -488,7 +495,7 @@ class Store:
         """The newest valid snapshot and the verified records after it (see `Recovery`)."""
         self._check_usable()
         warnings: list[str] = []
-        chosen: tuple[int, list[bytes]] | None = None
+        chosen: tuple[int, Iterator[bytes]] | None = None
         bad: list[int] = []
         try:
             with self._env.begin(db=self._snap) as txn:
@@ -520,7 +527,7 @@ class Store:
                     continue
                 chosen = (index, whole)
             else:
-                chosen = (index, [verdict])
+                chosen = (index, iter([verdict]))
             break
         self._bad_snapshot_indexes = bad
         self._snapshot_indexes = [i for i in self._snapshot_indexes if i not in bad]
@@ -528,21 +535,23 @@ class Store:
         self._check_first_record(start, warnings)
         return Recovery(
             snapshot_index=chosen[0] if chosen else None,
-            snapshot_parts=chosen[1] if chosen else [],
+            snapshot_parts=chosen[1] if chosen else iter(()),
             records=self._iter_records(start, self._last_index),
             last_index=self._last_index,
             warnings=tuple(warnings),
         )
 
-    def _assemble(self, key: bytes, manifest: bytes) -> list[bytes] | str:
-        """A parted snapshot's verified parts, or a sentence saying why they fail verification."""
+    def _assemble(self, key: bytes, manifest: bytes) -> Iterator[bytes] | str:
+        """A parted snapshot's parts, verified here and read again one at a time as they are
+        consumed, or a sentence saying why they fail verification. The check reads the map in
+        place (no copy): recovery never holds the snapshot's bytes beside the state they are
+        decoded into (246 MB at a million cells, the peak of a recovery from a snapshot)."""
         if len(manifest) != PARTS_MANIFEST.size:
             return f"a parts manifest of {len(manifest)} bytes"
         _, parts, total, crc = PARTS_MANIFEST.unpack(manifest)
-        chunks: list[bytes] = []
         size, actual = 0, 0
         try:
-            with self._env.begin(db=self._parts) as txn:
+            with self._env.begin(db=self._parts, buffers=True) as txn:
                 for part in range(parts):
                     pkey = key + part.to_bytes(4, "big")
                     value = txn.get(pkey)
@@ -551,14 +560,31 @@ class Store:
                     verdict = unframe(pkey, value)
                     if isinstance(verdict, str):
                         return f"part {part}: {verdict}"
-                    chunks.append(verdict)
                     size += len(verdict)
                     actual = zlib.crc32(verdict, actual)
+                    del value, verdict  # views into the map: not kept past the transaction
         except lmdb.Error as e:
             raise _wrap(e, "reading snapshot parts", self._wal_dir) from e
         if size != total or actual != crc:
             return f"its {parts} parts hold {size} bytes that do not match the manifest"
-        return chunks
+        return self._read_parts(key, parts)
+
+    def _read_parts(self, key: bytes, parts: int) -> Iterator[bytes]:
+        """The verified parts again, each a copy out of one read transaction (what was verified is
+        what is read: a writer's later changes are not seen). A part that fails now fails loudly."""
+        index = key_index(key)
+        try:
+            with self._env.begin(db=self._parts) as txn:
+                for part in range(parts):
+                    pkey = key + part.to_bytes(4, "big")
+                    value = txn.get(pkey)
+                    verdict = "it is missing" if value is None else unframe(pkey, value)
+                    if isinstance(verdict, str):
+                        raise StoreCorrupt(f"snapshot at index {index}, part {part} of {parts}, changed "
+                                           f"after it was verified: {verdict}", self._wal_dir, index=index)
+                    yield verdict
+        except lmdb.Error as e:
+            raise _wrap(e, "reading snapshot parts", self._wal_dir) from e
 
     def _check_first_record(self, start: int, warnings: list[str]) -> None:
         """Fail at `load`, not mid-fold, when the log does not begin where recovery needs it."""

@@ -9,7 +9,9 @@ import zlib
 from pathlib import Path
 
 import lmdb
+import pytest
 
+from coordinator.errors import StoreCorrupt
 from coordinator.store import DB_LOG, DB_SNAP_PARTS, MAX_DBS, WAL_DIR_NAME, Store, index_key
 from tests.unit.test_store import fill, loaded
 
@@ -114,3 +116,26 @@ def test_a_whole_snapshot_after_parted_ones_drops_their_parts(tmp_path: Path) ->
     assert {k[:8] for k in keys(tmp_path, DB_SNAP_PARTS)} == {index_key(20)}
     with Store.open(tmp_path) as store:
         assert loaded(store)[0] == (30, b"s30 whole")
+
+
+def test_parts_are_read_one_at_a_time_as_they_are_consumed(tmp_path: Path) -> None:
+    data = b"a state stored in enough parts to be counted"
+    with Store.open(tmp_path) as store:
+        fill(store, 30)
+        parted(store, 25, data)
+        rec = store.load()
+        assert not isinstance(rec.snapshot_parts, list), "the parts are drawn, not held"
+        first = next(rec.snapshot_parts)
+        assert first == data[:PART]
+        assert first + b"".join(rec.snapshot_parts) == data
+
+
+def test_a_part_that_changes_after_verification_fails_loudly_not_silently(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        fill(store, 30)
+        parted(store, 25, b"verified at load, gone when read")
+        rec = store.load()  # verified here; read when consumed
+        with store._env.begin(write=True, db=store._parts) as txn:
+            txn.delete(index_key(25) + (2).to_bytes(4, "big"))
+        with pytest.raises(StoreCorrupt, match="part 2 of 5, changed after it was verified: it is missing"):
+            b"".join(rec.snapshot_parts)

@@ -18,7 +18,11 @@ from typing import Any, BinaryIO
 
 from coordinator.core.state import Soft, State
 
-FORMAT_TAG = b"fleet-snapshot-v2\n"  # v2: run manifests, pins and per-worker fits
+# v2: run manifests, pins and per-worker fits. v3: records pickled as a bare object and its
+# fields as list items (common/fastpickle.py), which a build that reads v2 only cannot load.
+FORMAT_TAG = b"fleet-snapshot-v3\n"
+READABLE_TAGS = (FORMAT_TAG, b"fleet-snapshot-v2\n")  # v2's records load through their class
+assert all(len(tag) == len(FORMAT_TAG) for tag in READABLE_TAGS)
 
 
 class SnapshotFormatError(ValueError):
@@ -97,11 +101,11 @@ def decode_state(data: bytes | list[bytes] | Iterator[bytes]) -> State:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         stream = io.BufferedReader(_Parts(data), buffer_size=1 << 20)
         head = stream.read(len(FORMAT_TAG))  # across parts, however small they are
-        if head != FORMAT_TAG:
+        if head not in READABLE_TAGS:
             head += stream.read(40)
     else:
         stream, head = None, bytes(data[:len(FORMAT_TAG) + 40])
-    if not head.startswith(FORMAT_TAG):
+    if not head.startswith(READABLE_TAGS):
         shown = head.split(b"\n", 1)[0]
         raise SnapshotFormatError(f"snapshot format {shown!r} is not {FORMAT_TAG.strip()!r}: "
                                   "written by another version of fleet")

@@ -166,6 +166,10 @@ GC_FULL_EVERY_MS = 3_600_000
 # The snapshot process's nice value: it works for seconds at a large run and must not take a
 # core from the coordinator (slot refill waits for that core).
 SNAPSHOT_CHILD_NICE = 10
+# The snapshot process's oom_score_adj (the most the kernel accepts): it holds a second copy of
+# the state, so on a host short of memory it is the one the OOM killer takes, never the
+# coordinator (a lost snapshot is tried again; a killed coordinator restarts and snapshots again).
+SNAPSHOT_CHILD_OOM_SCORE_ADJ = 1000
 RECONNECT_BACKOFF_MS_MIN = 100
 RECONNECT_BACKOFF_MS_MAX = 10_000
 # A worker that lost a stream while it holds groups or unacknowledged reports has paid work at

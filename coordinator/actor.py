@@ -35,6 +35,7 @@ import contextlib
 import gc
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -77,7 +78,7 @@ from coordinator.config import TICK_MS_DEFAULT
 from coordinator.errors import DISK_ROOM_BYTES, StorageError, StoreIOError, disk_nearly_full, fail_stop
 from coordinator.logcodec import encode_cell_reported, encode_record
 from coordinator.recovery import recover_with_time, store_path
-from coordinator.snapshot import FORMAT_TAG, encode_state, no_gc
+from coordinator.snapshot import FORMAT_TAG, no_gc, write_state
 from coordinator.store import Store
 
 log = structlog.get_logger("fleet.actor")
@@ -104,6 +105,37 @@ class Overloaded(Exception):
     """The actor's queue is full, or the actor is stopping. The servicer retries a while where a
     reply is awaited (`_put`), answers a worker's frame with a rejection the worker resends, and
     drops soft news (liveness) that the next pass carries again."""
+
+
+class _PartsOut:
+    """A file for `write_state` that stores what it is given as the snapshot's parts of
+    `size` bytes (the snapshot process's), each in a transaction of its own as it fills."""
+
+    def __init__(self, store: Store, index: int, size: int) -> None:
+        self._store, self._index, self._size = store, index, size
+        self._buf = bytearray()
+        self.parts = self.total = self.crc = 0
+        self.store_s = 0.0  # of the part writes
+
+    def write(self, data: bytes) -> int:
+        self._buf += data
+        while len(self._buf) >= self._size:
+            self._put(bytes(self._buf[:self._size]))
+            del self._buf[:self._size]
+        return len(data)
+
+    def flush(self) -> None:
+        if self._buf or not self.parts:
+            self._put(bytes(self._buf))
+            self._buf.clear()
+
+    def _put(self, part: bytes) -> None:
+        t = time.perf_counter()
+        self._store.write_snapshot_part(self._index, self.parts, part)
+        self.store_s += time.perf_counter() - t
+        self.crc = zlib.crc32(part, self.crc)
+        self.total += len(part)
+        self.parts += 1
 
 
 @dataclass(slots=True)
@@ -371,7 +403,7 @@ class Actor:
         newest = self._store.snapshot_indexes[-1] if self._store.snapshot_indexes else 0
         if self._index > newest and not self.read_only:
             try:
-                self._store.write_snapshot(self._index, encode_state(self._state))  # a fast next start
+                self._snapshot_here(self._index)  # a fast next start
             except StoreIOError as e:
                 if not e.disk_full:
                     raise
@@ -529,11 +561,10 @@ class Actor:
         index = self._index
         if not self._snapshot_in_child:
             started = time.perf_counter()
-            data = encode_state(self._state)
-            encoded = time.perf_counter()
-            self._store.write_snapshot(index, data)
-            self._snapshot_done(index, len(data), encode_s=encoded - started, spawn_s=0.0,
-                                store_s=time.perf_counter() - encoded, in_child=False)
+            out = self._snapshot_here(index)
+            self._snapshot_done(index, out.total, encode_s=time.perf_counter() - started - out.store_s,
+                                spawn_s=0.0, store_s=out.store_s, parts=out.parts, in_child=False)
+            self._chores.append(self._compact)
             return
         started = time.perf_counter()
         r, w = os.pipe()
@@ -551,6 +582,25 @@ class Actor:
         self._snapshot_pending = index
         threading.Thread(target=self._collect_snapshot, args=(pid, r, index, spawn_s, started),
                          name="fleet-snapshot", daemon=True).start()
+
+    def _snapshot_here(self, index: int) -> _PartsOut:
+        """The state encoded on this thread, into the store's parts as it is pickled (each part a
+        transaction, then the manifest: the snapshot process's format), never as one bytes
+        object: at a million cells that object (265 MB) and the transaction that wrote it whole
+        (as many dirty pages again) were a fifth of a 2 GB host on top of the state. The actor
+        stalls for the whole encode: the fallback when no snapshot process can be had, and the
+        stop's final snapshot."""
+        out = _PartsOut(self._store, index, self._snapshot_part_bytes)
+        try:
+            write_state(out, self._state)
+            out.flush()
+        except BaseException:
+            self._store.abandon_parts(index)  # orphans, deleted by the compaction steps
+            raise
+        t = time.perf_counter()
+        self._store.finish_snapshot(index, out.parts, out.total, out.crc)
+        out.store_s += time.perf_counter() - t
+        return out
 
     def _spawn_snapshotter(self, index: int, w: int) -> int:
         """The snapshot process for `index`, its fd 3 the pipe's write end, its stdout
@@ -621,8 +671,12 @@ class Actor:
                     # must not cost every later snapshot a stall of the actor); after a few
                     # failures in a row, encode here from now on: progress over speed.
                     giving_up = self._snapshot_failures >= SNAPSHOT_PROCESS_FAILURES_MAX
+                    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
                     log.warning("snapshot_child_failed", index=index, exit_status=status,
-                                failures=self._snapshot_failures, encode_in_actor_from_now=giving_up)
+                                failures=self._snapshot_failures, encode_in_actor_from_now=giving_up,
+                                **({"cause": "killed by SIGKILL: most likely the kernel's OOM killer (the "
+                                              "snapshot process holds a second copy of the state and "
+                                              "volunteers to be killed first)"} if killed else {}))
                     if giving_up:
                         self._snapshot_in_child = False
                 return

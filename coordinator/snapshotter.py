@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from common.limits import SNAPSHOT_CHILD_NICE, SNAPSHOT_PART_BYTES
+from common.limits import SNAPSHOT_CHILD_NICE, SNAPSHOT_CHILD_OOM_SCORE_ADJ, SNAPSHOT_PART_BYTES
 
 OUT_FD = 3  # the pipe to the coordinator, placed here by the spawn's file actions
 FOLD_ATTEMPTS = 3
@@ -44,8 +44,11 @@ _PR_SET_PDEATHSIG = 1
 
 def prepare(parent: int) -> None:
     """Be killed with the coordinator (an orphan would hold a reader slot of the store and a
-    core for as long as its encode took: 24 s at a million cells); yield the cores to it; and
-    run without the cyclic collector (the process builds one state and exits)."""
+    core for as long as its encode took: 24 s at a million cells); yield the cores to it; be
+    the OOM killer's first choice (this process holds a second copy of the state: under a 2 GB
+    limit at a million cells the kernel otherwise took the coordinator, the larger of the two,
+    and a restarted coordinator snapshots again); and run without the cyclic collector (the
+    process builds one state and exits)."""
     prctl = _libc_prctl()
     if prctl is not None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -55,6 +58,10 @@ def prepare(parent: int) -> None:
         os.nice(SNAPSHOT_CHILD_NICE)
     except OSError as e:  # setpriority filtered out (the shipped unit's SystemCallFilter=~@resources)
         print(f"fleet snapshotter: runs at the coordinator's priority ({e})", file=sys.stderr, flush=True)
+    try:
+        Path("/proc/self/oom_score_adj").write_text(f"{SNAPSHOT_CHILD_OOM_SCORE_ADJ}\n")
+    except OSError as e:  # not Linux, or /proc read-only: the kernel chooses by size alone
+        print(f"fleet snapshotter: not marked first for the OOM killer ({e})", file=sys.stderr, flush=True)
     gc.disable()
 
 

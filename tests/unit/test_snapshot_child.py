@@ -173,12 +173,14 @@ def test_a_child_that_dies_midway_leaves_no_snapshot_and_compaction_deletes_its_
     store.append, store.write_snapshot_part = spy_append, spy_part  # type: ignore[method-assign]
     timings: list[dict] = []
     run_id = drive(store, timings)
-    failed = {index for index, _ in written}
+    stored = {t["index"] for t in timings} | {store.snapshot_indexes[-1]}  # and the stop's own
+    failed = {index for index, _ in written} - stored
     # Each process streamed parts, then died; after SNAPSHOT_PROCESS_FAILURES_MAX in a row the
-    # actor stopped starting them.
+    # actor stopped starting them and wrote the parts itself.
     assert len(failed) == actor_module.SNAPSHOT_PROCESS_FAILURES_MAX, written
     assert len(written) >= 3 * len(failed), written
     assert timings and not any(t["in_child"] for t in timings), timings  # then: on the actor thread
+    assert all(t["parts"] == sum(1 for i, _ in written if i == t["index"]) for t in timings), (timings, written)
     assert not failed & set(store.snapshot_indexes)
     store.close()
     assert not any(k[:8] == index_key(i) for k in keys(tmp_path, DB_SNAP_PARTS) for i in failed), \

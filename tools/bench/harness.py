@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
+import itertools
 import json
 import os
 import shutil
@@ -85,19 +87,83 @@ def tree_cpu(pids: list[int]) -> float:
     return total
 
 
-def tree_rss_kb(pid: int) -> tuple[int, int]:
+def tree_rss_kb(pid: int) -> tuple[int, int, int]:
     """VmRSS of `pid` and all its descendants now, in KiB: (the whole tree, the descendants
-    alone). A sum of RSS counts a page two processes share twice (a store both map): an upper
-    bound on what the tree holds, which is what a 2 GB machine must fit."""
-    total = own = 0
+    alone, the whole tree's anonymous pages). A sum of RSS counts a page two processes share
+    twice (a store both map) and counts clean file pages the kernel may drop and read again:
+    an upper bound on what the tree holds. The anonymous sum (RssAnon: heaps, the state) is
+    what no reclaim can take back on a machine without swap."""
+    total = own = anon = 0
     for p in _tree([pid]):
         try:
-            kb = memory_kb(p).get("VmRSS", 0)
+            m = memory_kb(p)
         except OSError:
             continue
-        total += kb
-        own = kb if p == pid else own
-    return total, total - own
+        total += m.get("VmRSS", 0)
+        anon += m.get("RssAnon", 0)
+        own = m.get("VmRSS", 0) if p == pid else own
+    return total, total - own, anon
+
+
+class MemoryLimitUnavailable(RuntimeError):
+    """No memory cgroup can be made here (not root, not cgroup v1)."""
+
+
+class MemoryLimit:
+    """A memory cgroup (v1) of the bench's own with a hard limit, that every daemon is started
+    in (the processes a daemon starts inherit it): the direct test of "fits N MB all told".
+    With no swap, a tree whose anonymous pages pass the limit is OOM-killed by the kernel; its
+    clean file pages (the store's mmap) are dropped and read again instead. Needs root and
+    cgroup v1's memory controller (`tools.bench.scale --memory-limit-mb`, and the OOM test of
+    the snapshot process)."""
+
+    ROOT = Path("/sys/fs/cgroup/memory")
+    _made = itertools.count()
+
+    def __init__(self, limit_mb: int) -> None:
+        own = next((line.split(":", 2)[2].strip() for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.split(":", 2)[1] == "memory"), None)
+        if own is None or not (self.ROOT / own.lstrip("/")).is_dir():
+            raise MemoryLimitUnavailable("no cgroup v1 memory controller at /sys/fs/cgroup/memory")
+        self.limit_mb = limit_mb
+        self.path = self.ROOT / own.lstrip("/") / f"fleet-memory-limit-{os.getpid()}-{next(self._made)}"
+        try:
+            self.path.mkdir()
+            self._write("memory.limit_in_bytes", limit_mb << 20)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+            raise MemoryLimitUnavailable(f"cannot make a memory cgroup at {self.path}: {e}") from None
+
+    def _write(self, name: str, value: int) -> None:
+        (self.path / name).write_text(str(value))
+
+    def _read(self, name: str) -> int:
+        return int((self.path / name).read_text().split()[0])
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """`cmd` run by a shell that first moves itself into the cgroup, then execs (same pid)."""
+        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *cmd]
+
+    def take_peak(self) -> int:
+        """The cgroup's peak charge since the last call, in KiB (anonymous and file pages)."""
+        peak = self._read("memory.max_usage_in_bytes") >> 10
+        self._write("memory.max_usage_in_bytes", 0)
+        return peak
+
+    def oom_kills(self) -> int:
+        for line in (self.path / "memory.oom_control").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return 0
+
+    def close(self) -> str | None:
+        """Removes the cgroup (every process of it stopped first); what went wrong, if anything."""
+        try:
+            self.path.rmdir()
+        except OSError as e:
+            return f"memory cgroup {self.path} left behind: {e}"
+        return None
 
 
 def mono() -> float:
@@ -190,7 +256,7 @@ def memory_kb(pid: int) -> dict[str, int]:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
                 out[key] = int(value.split()[0])
     return out
 

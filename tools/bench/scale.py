@@ -56,7 +56,7 @@ from coordinator.logcodec import encode_record
 from coordinator.snapshot import encode_state, no_gc
 from coordinator.store import Store
 from tools.bench import core as bench_core
-from tools.bench.harness import REPO, memory_kb, tree_rss_kb
+from tools.bench.harness import REPO, MemoryLimit, MemoryLimitUnavailable, memory_kb, tree_rss_kb
 from tools.fleetctl.client import Admin
 from tools.fleetctl.pages import results_pages
 
@@ -87,35 +87,54 @@ def spec_doc(cells: int) -> dict:
 class TreeMemory:
     """Samples, every TREE_SAMPLE_S on a thread, the RSS summed over each live daemon and every
     process it started (the snapshot process too), and keeps the peak of each phase that
-    `main` names: the goal is 2 GB all told, at every moment."""
+    `main` names: the goal is 2 GB all told, at every moment. Beside the RSS it keeps the
+    peak of the tree's anonymous pages and, under `--memory-limit-mb`, the cgroup's peak."""
 
-    def __init__(self, daemons: list[Daemon]) -> None:
+    def __init__(self, daemons: list[Daemon], limit: MemoryLimit | None = None) -> None:
         self.daemons = daemons
+        self.limit = limit
         self.phase = "start"
         self.peaks: dict[str, tuple[int, int]] = {}  # phase -> (tree KiB, descendants KiB) at the tree's peak
+        self.anon_peaks: dict[str, int] = {}  # phase -> the tree's anonymous KiB, peak
+        self.cgroup_peaks: dict[str, tuple[int, int]] = {}  # phase -> (the cgroup's peak KiB, OOM kills)
+        self._kills = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-memory", daemon=True)
         self._thread.start()
+
+    def enter(self, phase: str) -> None:
+        self._close_phase()
+        self.phase = phase
+
+    def _close_phase(self) -> None:
+        if self.limit is not None:
+            peak, kills = self.limit.take_peak(), self.limit.oom_kills()
+            if peak and self.phase in self.peaks:  # a phase a daemon lived through
+                self.cgroup_peaks[self.phase] = (peak, kills - self._kills)
+            self._kills = kills
 
     def _run(self) -> None:
         while not self._stop.wait(TREE_SAMPLE_S):
             for d in list(self.daemons):
                 if d.proc is None or d.proc.poll() is not None:
                     continue
-                total, kids = tree_rss_kb(d.proc.pid)
+                total, kids, anon = tree_rss_kb(d.proc.pid)
                 if total > self.peaks.get(self.phase, (0, 0))[0]:
                     self.peaks[self.phase] = (total, kids)
+                self.anon_peaks[self.phase] = max(anon, self.anon_peaks.get(self.phase, 0))
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(5)
+            self._close_phase()
 
 
 class Daemon:
     """One coordinator process on 127.0.0.1 with its data dir; stopped by its pid."""
 
-    def __init__(self, data_dir: Path, log_path: Path, *extra: str) -> None:
-        self.data_dir, self.log_path, self.extra = data_dir, log_path, extra
+    def __init__(self, data_dir: Path, log_path: Path, *extra: str, limit: MemoryLimit | None = None) -> None:
+        self.data_dir, self.log_path, self.extra, self.limit = data_dir, log_path, extra, limit
         self.proc: subprocess.Popen | None = None
         self.admin: Admin | None = None
 
@@ -126,8 +145,9 @@ class Daemon:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         started = time.monotonic()
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "coordinator.main", "--data-dir", str(self.data_dir),
-                                          "--listen", "127.0.0.1:0", "--log-level", "info", *self.extra],
+            cmd = [sys.executable, "-m", "coordinator.main", "--data-dir", str(self.data_dir),
+                   "--listen", "127.0.0.1:0", "--log-level", "info", *self.extra]
+            self.proc = subprocess.Popen(self.limit.wrap(cmd) if self.limit else cmd,
                                          stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         while not (addr.exists() and addr.read_text().endswith("\n")):
             if self.proc.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
@@ -266,22 +286,38 @@ def snapshot_under_probes(d: Daemon, run_id: str) -> dict:
     """Two durable admin commands push the log past the snapshot interval; probes run until
     the snapshot is written and a little after."""
     before = len(d.events("snapshot_written"))
+    failed_before = failed = len(d.events("snapshot_child_failed"))
     assert d.admin is not None
-    d.admin.call("PauseRun", admin_pb2.PauseRunRequest(run_id=run_id))
-    d.admin.call("RecoverRun", admin_pb2.RecoverRunRequest(run_id=run_id))
-    probes = []
+
+    probes: list[float] = []
+
+    def commit_two() -> None:  # commands through the actor too: timed as probes
+        for method, req in (("PauseRun", admin_pb2.PauseRunRequest(run_id=run_id)),
+                            ("RecoverRun", admin_pb2.RecoverRunRequest(run_id=run_id))):
+            t = time.perf_counter()
+            d.admin.call(method, req, timeout=600)
+            probes.append(time.perf_counter() - t)
+
+    commit_two()
     deadline = time.monotonic() + SNAPSHOT_WAIT_S
     done_at = None
+    checked = time.monotonic()
     while time.monotonic() < deadline:
         probes.append(d.probe())
         time.sleep(PROBE_GAP_S)
-        if done_at is None and len(d.events("snapshot_written")) > before:
-            done_at = time.monotonic()
+        if done_at is None and time.monotonic() - checked > 0.1:
+            checked = time.monotonic()
+            if len(d.events("snapshot_written")) > before:
+                done_at = time.monotonic()
+            elif (now_failed := len(d.events("snapshot_child_failed"))) > failed:
+                failed = now_failed  # tried again at the next commit, as under a run's traffic
+                commit_two()
         if done_at is not None and time.monotonic() - done_at > 0.5:
             break
     written = d.events("snapshot_written")[before:]
     probes.sort()
     return {"snapshot": written[-1] if written else None, "probes": len(probes),
+            "child_failures": failed - failed_before,
             "probe_p50_ms": 1e3 * probes[len(probes) // 2], "probe_p99_ms": 1e3 * probes[int(len(probes) * 0.99)],
             "probe_max_ms": 1e3 * probes[-1]}
 
@@ -333,9 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commands", type=int, default=30_000, help="commands timed per core measurement")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="keep the data dirs here instead of a temp dir")
+    ap.add_argument("--memory-limit-mb", type=int, help="start every daemon in a memory cgroup of its own with this "
+                    "hard limit (root, cgroup v1; no swap here, so a tree that needs more is OOM-killed) and print "
+                    "its peak charge and OOM kills per phase")
     ap.add_argument("--reuse", type=Path, help="copy the large log (and its figures) generated by an earlier "
-                    "--keep run of the same --cells and --workers from this dir instead of generating it again")
+                    "--keep run of the same --cells and --workers (its large-gen/) from this dir instead of "
+                    "generating it again")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill of the bench still stops its daemons
     root = args.keep or Path(tempfile.mkdtemp(prefix="fleet-bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     spec_text = json.dumps(spec_doc(args.cells))
@@ -344,11 +385,15 @@ def main(argv: list[str] | None = None) -> int:
         "(shared machine: wall times are noisy, compare ratios)")
     fig: dict[str, Any] = {}
     daemons: list[Daemon] = []
-    tree = TreeMemory(daemons)
     try:
-        tree.phase = "submit"
+        limit = MemoryLimit(args.memory_limit_mb) if args.memory_limit_mb else None
+    except MemoryLimitUnavailable as e:
+        raise SystemExit(f"--memory-limit-mb: {e}") from None
+    tree = TreeMemory(daemons, limit)
+    try:
+        tree.enter("submit")
         # 1. submit on a fresh coordinator, then kill -9 and recover the submit-only log.
-        a = Daemon(root / "submit", root / "submit.log")
+        a = Daemon(root / "submit", root / "submit.log", limit=limit)
         daemons.append(a)
         (root / "submit").mkdir(exist_ok=True)
         a.start()
@@ -364,15 +409,21 @@ def main(argv: list[str] | None = None) -> int:
         a.kill9()
 
         # 2. a large log, generated through the core.
-        tree.phase = "generate (no daemon)"
+        tree.enter("generate (no daemon)")
+        # The log as generated stays in large-gen/ under --keep (the daemon below adds records
+        # and a snapshot to its copy in large/), so that --reuse starts from the same cut-off log.
         if args.reuse is not None:  # a log generated by an earlier run with --keep: copied, used once
             say(f"  reusing the large log of {args.reuse} ...")
-            shutil.copytree(args.reuse / "large", root / "large", dirs_exist_ok=False)
+            shutil.copytree(args.reuse / "large-gen", root / "large", dirs_exist_ok=False)
             g = json.loads((args.reuse / "large-gen.json").read_text())
         else:
             say("  generating the large log through the core ...")
-            g = generate(root / "large", spec_text, args.workers, records_min=cells)
+            g = generate(root / "large-gen", spec_text, args.workers, records_min=cells)
             (root / "large-gen.json").write_text(json.dumps(g))
+            if args.keep:
+                shutil.copytree(root / "large-gen", root / "large", dirs_exist_ok=False)
+            else:
+                (root / "large-gen").rename(root / "large")
         fig["gen"] = g
         say(f"  {g['records']:,} records ({g['selected']:,} cells selected, {g['attempts']:,} attempts), newest "
             f"snapshot at {g['snapshot_index']:,}, in {g['seconds']:.0f} s (one snapshot encode+store "
@@ -382,26 +433,27 @@ def main(argv: list[str] | None = None) -> int:
         # The snapshot interval is set so that the two admin commands of step 3 cross it, and
         # not the CoordinatorRecovered record of the start: the snapshot happens under probes.
         tail = g["records"] - g["snapshot_index"]
-        b = Daemon(root / "large", root / "large.log", "--snapshot-every", str(tail + 3))
+        b = Daemon(root / "large", root / "large.log", "--snapshot-every", str(tail + 3), limit=limit)
         daemons.append(b)
-        tree.phase = "recovery of the cut-off log"
+        tree.enter("recovery of the cut-off log")
         fig["start_large_s"] = b.start()
         fig["start_rss_mb"], fig["start_hwm_mb"] = b.rss_mb()
         rec = b.events("recovered")[-1]
         fig["start_replayed"] = rec.get("replayed")
         say(f"  started on it in {fig['start_large_s']:.2f} s (replayed {rec.get('replayed')} records)")
-        tree.phase = "the full read"
+        tree.enter("the full read")
         r = read_results(b, g["run_id"])
         fig["read"] = r
         fig["read_rss_mb"], fig["read_hwm_mb"] = b.rss_mb()
         say(f"  GetResults: {r['cells']:,} cells in {r['pages']} pages, {r['bytes'] / 1e6:.0f} MB, {r['seconds']:.1f} s")
         fig["probe_idle_ms"] = statistics.median(sorted(b.probe() for _ in range(50))) * 1e3
-        tree.phase = "a snapshot"
+        tree.enter("a snapshot")
         s = snapshot_under_probes(b, g["run_id"])
         fig["snap"] = s
+        fig["snap_rss_mb"], fig["snap_hwm_mb"] = b.rss_mb()
         say(f"  snapshot while probing: {json.dumps(s['snapshot'])}")
         b.kill9()
-        tree.phase = "recovery from the snapshot"
+        tree.enter("recovery from the snapshot")
         fig["recover_large_s"] = b.start()
         fig["recover_rss_mb"], fig["recover_hwm_mb"] = b.rss_mb()
         rec = b.events("recovered")[-1]
@@ -411,12 +463,19 @@ def main(argv: list[str] | None = None) -> int:
         # 4. the core's cost per command.
         tree.stop()
         fig["tree_peaks_mb"] = {k: (t / 1024, c / 1024) for k, (t, c) in tree.peaks.items()}
+        fig["tree_anon_mb"] = {k: a / 1024 for k, a in tree.anon_peaks.items()}
+        fig["cgroup_mb"] = {k: (v / 1024, n) for k, (v, n) in tree.cgroup_peaks.items()}
         say("  core cost per command ...")
         fig["core"] = core_cost(cells, args.workers, args.commands, args.repeats)
     finally:
         tree.stop()
         for d in daemons:
             d.kill9()
+        if limit is not None:
+            fig["oom_kills"] = limit.oom_kills()
+            say(f"  memory cgroup, limit {limit.limit_mb:,} MB: {fig['oom_kills']} OOM kills")
+            if (left := limit.close()) is not None:
+                say(f"  {left}")
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -438,21 +497,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{fig['recover_rss_mb']:.0f} MB ({fig['recover_hwm_mb']:.0f})", "<= 2048 MB", fig["recover_hwm_mb"] <= 2048)
     row("coordinator RSS after the full read (peak)", f"{fig['read_rss_mb']:.0f} MB ({fig['read_hwm_mb']:.0f})",
         "<= 2048 MB", fig["read_hwm_mb"] <= 2048)
+    row("coordinator RSS after the snapshot (its peak since it started)",
+        f"{fig['snap_rss_mb']:.0f} MB ({fig['snap_hwm_mb']:.0f})", "<= 2048 MB", fig["snap_hwm_mb"] <= 2048)
     row("coordinator RSS after submit (peak)", f"{fig['submit_rss_mb']:.0f} MB ({fig['submit_hwm_mb']:.0f})",
         "<= 2048 MB", fig["submit_hwm_mb"] <= 2048)
     for phase, (total, kids) in fig["tree_peaks_mb"].items():
-        row(f"all told (coordinator + children) RSS peak: {phase}", f"{total:.0f} MB ({kids:.0f} children)",
-            "<= 2048 MB", total <= 2048)
+        row(f"all told (coordinator + children) RSS peak: {phase}", f"{total:.0f} MB ({kids:.0f} children; "
+            f"anonymous {fig['tree_anon_mb'].get(phase, 0):.0f})", "<= 2048 MB", total <= 2048)
+    for phase, (peak, kills) in fig["cgroup_mb"].items():
+        row(f"under a hard {args.memory_limit_mb:,} MB memory cgroup: {phase}", f"{peak:.0f} MB peak charge, "
+            f"{kills} OOM kills", "no OOM kill", kills == 0)
     if snap:
         row("snapshot: encoded by the snapshot process", "yes" if snap.get("in_child") else "no", "off the actor",
             bool(snap.get("in_child")))
-        row("snapshot: child encode (wall, off the actor)", f"{snap.get('encode_s', 0):.2f} s", "-", None)
+        row("snapshot: encode (wall; off the actor when in its process)", f"{snap.get('encode_s', 0):.2f} s", "-", None)
         row("snapshot: actor stall to start its process", f"{1e3 * snap.get('spawn_s', 0):.1f} ms", "< 20 ms",
             snap.get("spawn_s", 1) < 0.020)
-        stall = snap.get("store_stall_max_s", snap.get("store_s", 1))
+        # encoded on the actor thread (no snapshot process could be had): the whole encode stalls it
+        stall = snap.get("store_stall_max_s", snap.get("store_s", 1)) if snap.get("in_child") \
+            else snap.get("encode_s", 1) + snap.get("store_s", 0)
         row(f"snapshot: store write, {snap.get('parts', 1)} parts (total)", f"{1e3 * snap.get('store_s', 0):.0f} ms",
             "-", None)
-        row("snapshot: longest actor stall of the store write", f"{1e3 * stall:.1f} ms", "< 20 ms", stall < 0.020)
+        row("snapshot: longest actor stall of the store write" if snap.get("in_child")
+            else "snapshot: the actor's stall (encoded on its thread)", f"{1e3 * stall:.1f} ms", "< 20 ms",
+            stall < 0.020)
+    row("snapshot processes failed before it (OOM-killed under --memory-limit-mb)", f"{s['child_failures']}",
+        "-", None)
     row(f"actor probe p99 during the snapshot ({s['probes']} probes)", f"{s['probe_p99_ms']:.1f} ms "
         f"(max {s['probe_max_ms']:.0f})", "refill p99 < 20 ms", s["probe_p99_ms"] < 20)
     row("actor probe median, idle", f"{fig['probe_idle_ms']:.1f} ms", "-", None)

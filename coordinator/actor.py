@@ -54,11 +54,13 @@ from common.limits import (
     COMMIT_BATCH_COMMANDS_MAX,
     COMPACT_STEP_KEYS_MAX,
     COORDINATOR_STALL_MS,
+    SNAPSHOT_CHILD_MEMORY_BASE_BYTES,
+    SNAPSHOT_CHILD_MEMORY_FACTOR,
     SNAPSHOT_PART_BYTES,
     SNAPSHOT_PARTS_AHEAD_MAX,
 )
 from common.rejections import Rejection
-from coordinator import codec, snapshotter
+from coordinator import codec, headroom, snapshotter
 from coordinator.core import commands as c
 from coordinator.core import step
 from coordinator.core.effects import (
@@ -243,6 +245,7 @@ class Actor:
         self._chores: collections.deque[Callable[[], None]] = collections.deque()  # actor thread only
         self._snapshot_pending: int | None = None  # index of the snapshot a child is encoding
         self._snapshot_failures = 0  # snapshot processes failed in a row
+        self._snapshot_process_fitted = True  # the last judgement of _snapshot_process_fits
         self._on_snapshot = on_snapshot  # timings of each snapshot, for benchmarks
         self._gather_s = gather_ms / 1000  # 0: never wait for more
         self._gather_after_s = gather_after_ms / 1000
@@ -559,7 +562,7 @@ class Actor:
     # -- snapshots -------------------------------------------------------------------------------
     def _begin_snapshot(self) -> None:
         index = self._index
-        if not self._snapshot_in_child:
+        if not self._snapshot_in_child or not self._snapshot_process_fits(index):
             started = time.perf_counter()
             out = self._snapshot_here(index)
             self._snapshot_done(index, out.total, encode_s=time.perf_counter() - started - out.store_s,
@@ -582,6 +585,25 @@ class Actor:
         self._snapshot_pending = index
         threading.Thread(target=self._collect_snapshot, args=(pid, r, index, spawn_s, started),
                          name="fleet-snapshot", daemon=True).start()
+
+    def _snapshot_process_fits(self, index: int) -> bool:
+        """Whether a snapshot process (a second copy of the state) fits in the memory the host
+        and the coordinator's cgroups have left; logged when the answer changes. Unknown: yes."""
+        anon, room = headroom.own_anonymous_bytes(), headroom.room_bytes()
+        if anon is None or room is None:
+            return True
+        need = int(anon * SNAPSHOT_CHILD_MEMORY_FACTOR) + SNAPSHOT_CHILD_MEMORY_BASE_BYTES
+        fits = room >= need
+        if fits != self._snapshot_process_fitted:
+            self._snapshot_process_fitted = fits
+            if fits:
+                log.info("snapshot_process_fits_again", index=index, need_mb=need >> 20, room_mb=room >> 20)
+            else:
+                log.warning("snapshot_process_skipped", index=index, need_mb=need >> 20, room_mb=room >> 20,
+                            detail="a snapshot process would not fit in the memory left (it holds a second copy "
+                                   "of the state): snapshots are encoded on the actor thread, which stalls it, "
+                                   "until there is room")
+        return fits
 
     def _snapshot_here(self, index: int) -> _PartsOut:
         """The state encoded on this thread, into the store's parts as it is pickled (each part a

@@ -214,3 +214,44 @@ def test_a_filtered_setpriority_leaves_the_snapshot_process_at_work() -> None:
                           cwd=Path(__file__).resolve().parents[2], check=True)
     assert done.stdout.split() == ["False"], done
     assert "runs at the coordinator's priority" in done.stderr, done.stderr
+
+
+class _Said:
+    """The actor's log, recorded: the events it said, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def __getattr__(self, level: str):
+        return lambda event, **_: self.events.append(event)
+
+
+def test_a_snapshot_process_that_would_not_fit_is_skipped_then_tried_again_when_there_is_room(
+        tmp_path: Path, monkeypatch) -> None:
+    # Short of memory, the actor encodes on its own thread and says so once; when the room
+    # comes back (another process exited, the cache was dropped) it starts snapshot processes
+    # again and says that once. Either way each snapshot recovers exactly.
+    judged: list[bool] = []
+    short = 3  # the first three judgements find no room
+
+    def room() -> int:
+        judged.append(len(judged) >= short)
+        return (1 << 40) if judged[-1] else 8 << 20
+
+    monkeypatch.setattr(actor_module.headroom, "room_bytes", room)
+    monkeypatch.setattr(actor_module.headroom, "own_anonymous_bytes", lambda: 100 << 20)
+    said = _Said()
+    monkeypatch.setattr(actor_module, "log", said)
+    store = Store.open(tmp_path, snapshot_every=SNAPSHOT_EVERY)
+    timings: list[dict] = []
+    run_id = drive(store, timings)
+    assert len(judged) > short, (judged, timings)  # room came back before the run ended
+    assert [t["in_child"] for t in timings[:short]] == [False] * short, timings
+    assert [t["in_child"] for t in timings[short:]] == [True] * (len(timings) - short), timings
+    assert said.events.count("snapshot_process_skipped") == 1, said.events
+    assert said.events.count("snapshot_process_fits_again") == 1, said.events
+    assert said.events.index("snapshot_process_skipped") < said.events.index("snapshot_process_fits_again")
+    store.close()
+    with Store.open(tmp_path, snapshot_every=SNAPSHOT_EVERY) as again:
+        state, _ = recover(again)
+    assert state.runs[run_id].settled

@@ -207,6 +207,7 @@ def fleet_run(coord: Coordinator, workers: dict[str, Worker], ds: list[float], l
     first_start_ms = min(a.started_ms for a in attempts if a.started_ms) - submitted_ms
     out = {"run_id": run_id, "makespan_s": makespan, "schedule_s": schedule_ms / 1000, "lost": lost,
            "duplicated": duplicated, "first_start_ms": first_start_ms, "refill_gaps_ms": refill_gaps_ms(attempts),
+           "refill_dispatch_to_start_ms": [d for _, d in refill_parts_ms(attempts)],
            "attempts": len(attempts), "order_from": status.order_from, "late_reports": res.summary.late_reports}
     if killed:
         out.update(killed=killed, killed_at_s=round(killed_at, 2))
@@ -217,22 +218,29 @@ def refill_gaps_ms(attempts: Any) -> list[int]:
     """Per worker, each group's first cell start after its first SLOTS groups, less the latest
     end of one of that worker's groups before it: a slot's time from its last cell's report
     (the worker's finish) to the next group's start, on the workers' clock (one machine)."""
-    groups: dict[str, list[int]] = {}  # assignment -> [worker start, end]
+    return [gap for gap, _ in refill_parts_ms(attempts)]
+
+
+def refill_parts_ms(attempts: Any) -> list[tuple[int, int]]:
+    """Each refill's gap (as `refill_gaps_ms`) and, of it, the part from the group's dispatch
+    (the coordinator's clock, one machine) to its first cell's start: the rest is the way from
+    the last cell's end through the report and its commit to the dispatch."""
+    groups: dict[str, list[int]] = {}  # assignment -> [worker start, end, dispatched]
     worker_of: dict[str, str] = {}
     for a in attempts:
         if not (a.started_ms and a.finished_ms):
             continue
-        g = groups.setdefault(a.assignment_id, [a.started_ms, a.finished_ms])
-        g[0], g[1] = min(g[0], a.started_ms), max(g[1], a.finished_ms)
+        g = groups.setdefault(a.assignment_id, [a.started_ms, a.finished_ms, a.dispatched_ms])
+        g[0], g[1], g[2] = min(g[0], a.started_ms), max(g[1], a.finished_ms), min(g[2], a.dispatched_ms)
         worker_of[a.assignment_id] = a.worker_id
-    gaps = []
+    parts = []
     for w in set(worker_of.values()):
         mine = sorted(groups[aid] for aid, ww in worker_of.items() if ww == w)
-        for start, _ in mine[SLOTS:]:
-            before = [end for _, end in mine if end <= start]
+        for start, _, dispatched in mine[SLOTS:]:
+            before = [end for _, end, _ in mine if end <= start]
             if before:
-                gaps.append(start - max(before))
-    return gaps
+                parts.append((start - max(before), start - dispatched))
+    return parts
 
 
 def busiest_fleet_worker(coord: Coordinator, run_id: str, ds: list[float], workers: dict[str, Worker]) -> str:
@@ -492,6 +500,11 @@ def main(argv: list[str] | None = None) -> int:
             f"({min(firsts)}-{max(firsts)}); a slot's last cell end -> its next group's start: "
             + (f"p50 {gaps[len(gaps) // 2]} ms, p90 {gaps[int(len(gaps) * 0.9)]} ms, max {gaps[-1]} ms "
                f"({len(gaps)} refills)" if gaps else "none"))
+        d2s = sorted(d for r in plain for d in r["refill_dispatch_to_start_ms"])
+        if d2s:
+            fig["fleet_refill_dispatch_to_start_ms_p50"] = d2s[len(d2s) // 2]
+            say(f"    of it, the group's dispatch -> its first cell's start: p50 {d2s[len(d2s) // 2]} ms, "
+                f"p90 {d2s[int(len(d2s) * 0.9)]} ms, max {d2s[-1]} ms")
     c = fleet["cpu_s_per_1000_cells"]
     say(f"  fleet CPU seconds per 1,000 cells: coordinator {c['coordinator']:.2f}, workers {c['workers']:.2f} "
         "(the machine is shared)")

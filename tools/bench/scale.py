@@ -10,6 +10,10 @@ In one bounded run, on real daemons (`python -m coordinator.main`) in a temp dir
 2. a large log: the same run driven in-process through the pure core (reports with scores
    and provenance, one in ten an infrastructure failure that is retried, a tick every 20
    commands) into a real store the way the actor writes it (group commits of 512 records),
+   each report its own, as a real run's are: its own times, a score of 0 or 1, a cost that
+   varies, and its own artifact, uploaded (an ArtifactStored record) before it is reported
+   (until stop 40 every report was one shared object, which a snapshot stored once: the
+   state's memory was a quarter smaller than a real run's, docs/benchmarks.md),
    with the newest snapshot SNAPSHOT_EVERY_RECORDS - 1 records before the end: the worst
    tail a kill -9 can leave. The run is cut off mid-way, with at least N records.
 3. on that store: the time until a started coordinator answers; GetResults read whole page
@@ -29,6 +33,7 @@ this one run. Every process started here is stopped by its pid.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -45,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from common import limits
+from common.evidence import ArtifactRef, Report
 from common.fleetpb import admin_pb2
-from common.ids import RunId, WorkerId, run_id_for
+from common.ids import RunId, WorkerId, run_id_for, sha256_digest
 from common.policy import parse_policy_text
 from common.spec import parse_spec_text
 from coordinator.core import commands as c
@@ -192,6 +198,20 @@ class Daemon:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
+def own_artifact(k: int) -> tuple[str, int]:
+    """The k-th report's artifact: its digest and size (the bytes themselves are never needed)."""
+    return sha256_digest(b"log of report %d" % k), 1_000 + k % 50_000
+
+
+def own_report(template: Report, k: int, now_ms: int) -> Report:
+    """The k-th report as a real run's would be: distinct from every other one."""
+    digest, size = own_artifact(k)
+    score = None if template.score is None else float(k % 3 != 0)
+    cost = None if template.cost_usd is None else round(0.0005 + (k % 9_973) * 1e-6, 7)
+    return dataclasses.replace(template, score=score, cost_usd=cost, started_ms=now_ms - 30_000 - k % 7_000,
+                               finished_ms=now_ms, artifacts=(ArtifactRef("log", digest, size),))
+
+
 def generate(data_dir: Path, spec_text: str, workers: int, records_min: int) -> dict:
     """The run driven through the core into a real store, as the actor would write it; the log
     ends SNAPSHOT_EVERY_RECORDS - 1 records after its newest snapshot (see the module doc)."""
@@ -252,8 +272,7 @@ def generate(data_dir: Path, spec_text: str, workers: int, records_min: int) -> 
     gc.freeze()
     for i in range(workers):
         apply(c.WorkerRegistered(now, WorkerId(f"w{i:05d}"), 1, SLOTS, "env"))
-    ref, good, infra = bench_core.reports()
-    apply(c.ArtifactStored(now, ref.digest, ref.size_bytes))
+    _, good, infra = bench_core.reports()
     k = 0
     while index < end and not state.runs[run_id].settled:
         if not queue:
@@ -266,8 +285,9 @@ def generate(data_dir: Path, spec_text: str, workers: int, records_min: int) -> 
                 break
             now += 1
             k += 1
+            apply(c.ArtifactStored(now, *own_artifact(k)))
             apply(c.CellReported(now, push.worker_id, cell.attempt_id, push.assignment_id, push.generation,
-                                 infra if k % INFRA_FAILURE_EVERY == 0 else good))
+                                 own_report(infra if k % INFRA_FAILURE_EVERY == 0 else good, k, now)))
             if k % TICK_EVERY_COMMANDS == 0:
                 apply(c.ClockTicked(now))
     if pending:
@@ -418,7 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             g = json.loads((args.reuse / "large-gen.json").read_text())
         else:
             say("  generating the large log through the core ...")
-            g = generate(root / "large-gen", spec_text, args.workers, records_min=cells)
+            # Two records a report (its artifact's, its own) and the dispatches: about 90% of
+            # the cells selected at the cut-off, as before.
+            g = generate(root / "large-gen", spec_text, args.workers, records_min=2 * cells)
             (root / "large-gen.json").write_text(json.dumps(g))
             if args.keep:
                 shutil.copytree(root / "large-gen", root / "large", dirs_exist_ok=False)

@@ -10,8 +10,8 @@ In one bounded run, on real daemons (`python -m coordinator.main`) in a temp dir
 2. a large log: the same run driven in-process through the pure core (reports with scores
    and provenance, one in ten an infrastructure failure that is retried, a tick every 20
    commands) into a real store the way the actor writes it (group commits of 512 records),
-   each report its own, as a real run's are: its own times, a score of 0 or 1, a cost that
-   varies, and its own artifact, uploaded (an ArtifactStored record) before it is reported
+   each report its own, as a real run's are: its own times, a score of 0 or 1, a cost and
+   token counts that vary, and its own artifact, uploaded (an ArtifactStored record) before it is reported
    (until stop 40 every report was one shared object, which a snapshot stored once: the
    state's memory was a quarter smaller than a real run's, docs/benchmarks.md),
    with the newest snapshot SNAPSHOT_EVERY_RECORDS - 1 records before the end: the worst
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from common import limits
-from common.evidence import ArtifactRef, Report
+from common.evidence import ArtifactRef, Report, Usage
 from common.fleetpb import admin_pb2
 from common.ids import RunId, WorkerId, run_id_for, sha256_digest
 from common.policy import parse_policy_text
@@ -208,8 +208,10 @@ def own_report(template: Report, k: int, now_ms: int) -> Report:
     digest, size = own_artifact(k)
     score = None if template.score is None else float(k % 3 != 0)
     cost = None if template.cost_usd is None else round(0.0005 + (k % 9_973) * 1e-6, 7)
+    tokens = {} if template.usage != Usage.COMPLETE else {
+        "input_tokens": 20_000 + k % 80_000, "output_tokens": 1_000 + k % 4_000, "cached_tokens": k % 15_000}
     return dataclasses.replace(template, score=score, cost_usd=cost, started_ms=now_ms - 30_000 - k % 7_000,
-                               finished_ms=now_ms, artifacts=(ArtifactRef("log", digest, size),))
+                               finished_ms=now_ms, artifacts=(ArtifactRef("log", digest, size),), **tokens)
 
 
 def generate(data_dir: Path, spec_text: str, workers: int, records_min: int) -> dict:

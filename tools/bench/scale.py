@@ -58,7 +58,7 @@ from common.spec import parse_spec_text
 from coordinator.core import commands as c
 from coordinator.core import new_state, step
 from coordinator.core.effects import OfferRun, PushAssignment
-from coordinator.logcodec import encode_record
+from coordinator.logcodec import encode_record, report_from_proto, report_to_proto
 from coordinator.snapshot import encode_state, no_gc
 from coordinator.store import Store
 from tools.bench import core as bench_core
@@ -204,14 +204,17 @@ def own_artifact(k: int) -> tuple[str, int]:
 
 
 def own_report(template: Report, k: int, now_ms: int) -> Report:
-    """The k-th report as a real run's would be: distinct from every other one."""
+    """The k-th report as a real run's would be: distinct from every other one, and decoded
+    from its wire message, as the coordinator's servicer hands it to the core (so that the
+    state shares between its objects what a live coordinator's does, no more)."""
     digest, size = own_artifact(k)
     score = None if template.score is None else float(k % 3 != 0)
     cost = None if template.cost_usd is None else round(0.0005 + (k % 9_973) * 1e-6, 7)
     tokens = {} if template.usage != Usage.COMPLETE else {
         "input_tokens": 20_000 + k % 80_000, "output_tokens": 1_000 + k % 4_000, "cached_tokens": k % 15_000}
-    return dataclasses.replace(template, score=score, cost_usd=cost, started_ms=now_ms - 30_000 - k % 7_000,
-                               finished_ms=now_ms, artifacts=(ArtifactRef("log", digest, size),), **tokens)
+    report = dataclasses.replace(template, score=score, cost_usd=cost, started_ms=now_ms - 30_000 - k % 7_000,
+                                 finished_ms=now_ms, artifacts=(ArtifactRef("log", digest, size),), **tokens)
+    return report_from_proto(report_to_proto(report))
 
 
 def generate(data_dir: Path, spec_text: str, workers: int, records_min: int) -> dict:

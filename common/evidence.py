@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from common.fastinit import fast_init_all
-from common.fastpickle import fast_pickle
+from common.fastpickle import canonical_float, canonical_str, fast_pickle
 from common.ids import Digest, is_digest
 from common.limits import ARTIFACTS_PER_REPORT_MAX, ID_CHARS_MAX, RETRY_AFTER_MS_MAX, SCORE_ABS_MAX
 
@@ -58,7 +58,7 @@ class Status(enum.IntEnum):
     THROTTLED = 5  # not selectable and not an attempt: the model provider refused or was overloaded
 
 
-@fast_pickle
+@fast_pickle(canonical={"name": canonical_str, "digest": canonical_str})
 @dataclass(frozen=True, slots=True)
 class ArtifactRef:
     name: str
@@ -73,7 +73,7 @@ class ArtifactUnavailable:
     reason: str
 
 
-@fast_pickle
+@fast_pickle(canonical={"score": canonical_float, "cost_usd": canonical_float})
 @dataclass(frozen=True, slots=True)
 class Report:
     """The evidence of one attempt, as the worker sends it. Frozen: equality is identity."""

@@ -22,6 +22,7 @@ from common.evidence import (
     Usage,
     Verification,
 )
+from common.fastpickle import canonical_float, canonical_str
 from common.fleetpb import common_pb2
 from common.ids import Digest
 
@@ -146,7 +147,9 @@ def report_codec(error: type[ValueError]) -> tuple[ToProto, FromProto]:
         """The `Report` a message carries; an absent optional field is None, never zero. Raises
         error for an enum number this version does not know (the servicer maps that, like
         any ValueError from a frame, to a malformed frame). Once per report received and per
-        report replayed: the fields are read in one call, in `_REPORT_ORDER`."""
+        report replayed: the fields are read in one call, in `_REPORT_ORDER`; its 0.0 and 1.0
+        and its artifacts' names and digests are the shared objects (common/fastpickle.py), as a snapshot's
+        load makes them."""
         if not isinstance(msg, common_pb2.Report):
             raise error(f"report: expected a fleet.v1.Report, got {type(msg).__name__}")
         try:
@@ -162,14 +165,15 @@ def report_codec(error: type[ValueError]) -> tuple[ToProto, FromProto]:
         artifacts, unavailable = msg.artifacts, msg.unavailable
         return Report(
             status, execution, verification, usage, cleanup,
-            msg.score if has("score") else None,
+            canonical_float(msg.score) if has("score") else None,
             msg.environment_failure,
             msg.input_tokens if has("input_tokens") else None,
             msg.output_tokens if has("output_tokens") else None,
             msg.cached_tokens if has("cached_tokens") else None,
-            msg.cost_usd if has("cost_usd") else None,
+            canonical_float(msg.cost_usd) if has("cost_usd") else None,
             msg.started_ms, msg.finished_ms, msg.detail,
-            tuple(ArtifactRef(name=a.name, digest=Digest(a.digest), size_bytes=a.size_bytes) for a in artifacts)
+            tuple(ArtifactRef(name=canonical_str(a.name), digest=Digest(canonical_str(a.digest)), size_bytes=a.size_bytes)
+                  for a in artifacts)
             if artifacts else (),
             tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else (),
             msg.throttled, msg.retry_after_ms)

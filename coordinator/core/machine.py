@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
+from common.fastpickle import canonical_str
 from common.identity import differences, pin_components
 from common.ids import AssignmentId, AttemptId, RunId, WorkerId, assignment_id_for, attempt_id_for, cell_of_attempt, is_digest
 from common.policy import COST_USD_MAX, Policy, group_deadline_for
@@ -659,7 +660,7 @@ def _artifact_stored(state: State, cmd: c.ArtifactStored, fx: Fx) -> Outcome:
         return rejected(Rejection.MALFORMED_FRAME, f"malformed digest or size: {cmd.digest!r} {cmd.size_bytes}")
     if cmd.digest in state.artifacts:
         return DUPLICATE
-    state.artifacts[cmd.digest] = cmd.size_bytes
+    state.artifacts[canonical_str(cmd.digest)] = cmd.size_bytes  # the reports' digests are the same object
     state.version += 1
     return ACCEPTED
 

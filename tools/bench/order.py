@@ -205,26 +205,23 @@ def fleet_run(coord: Coordinator, workers: dict[str, Worker], ds: list[float], l
     # workers' wall clocks, one machine), without submission and polling.
     schedule_ms = max(a.finished_ms for a in attempts if a.finished_ms) - min(a.dispatched_ms for a in attempts)
     first_start_ms = min(a.started_ms for a in attempts if a.started_ms) - submitted_ms
+    parts = refill_parts_ms(attempts)
     out = {"run_id": run_id, "makespan_s": makespan, "schedule_s": schedule_ms / 1000, "lost": lost,
-           "duplicated": duplicated, "first_start_ms": first_start_ms, "refill_gaps_ms": refill_gaps_ms(attempts),
-           "refill_dispatch_to_start_ms": [d for _, d in refill_parts_ms(attempts)],
+           "duplicated": duplicated, "first_start_ms": first_start_ms, "refill_gaps_ms": [g for g, _ in parts],
+           "refill_dispatch_to_start_ms": [d for _, d in parts],
            "attempts": len(attempts), "order_from": status.order_from, "late_reports": res.summary.late_reports}
     if killed:
         out.update(killed=killed, killed_at_s=round(killed_at, 2))
     return out
 
 
-def refill_gaps_ms(attempts: Any) -> list[int]:
-    """Per worker, each group's first cell start after its first SLOTS groups, less the latest
-    end of one of that worker's groups before it: a slot's time from its last cell's report
-    (the worker's finish) to the next group's start, on the workers' clock (one machine)."""
-    return [gap for gap, _ in refill_parts_ms(attempts)]
-
-
 def refill_parts_ms(attempts: Any) -> list[tuple[int, int]]:
-    """Each refill's gap (as `refill_gaps_ms`) and, of it, the part from the group's dispatch
-    (the coordinator's clock, one machine) to its first cell's start: the rest is the way from
-    the last cell's end through the report and its commit to the dispatch."""
+    """Each refill's gap and, of it, the part from the group's dispatch (the coordinator's
+    clock, one machine) to its first cell's start. The gap: per worker, each group's first cell
+    start after its first SLOTS groups, less the latest end of one of that worker's groups
+    before it (a slot's time from its last cell's report to the next group's start, on the
+    workers' clock); the rest of it is the way from the last cell's end through the report
+    and its commit to the dispatch."""
     groups: dict[str, list[int]] = {}  # assignment -> [worker start, end, dispatched]
     worker_of: dict[str, str] = {}
     for a in attempts:

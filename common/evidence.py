@@ -58,7 +58,7 @@ class Status(enum.IntEnum):
     THROTTLED = 5  # not selectable and not an attempt: the model provider refused or was overloaded
 
 
-@fast_pickle(canonical={"name": canonical_str, "digest": canonical_str})
+@fast_pickle(canonical={"name": canonical_str})
 @dataclass(frozen=True, slots=True)
 class ArtifactRef:
     name: str

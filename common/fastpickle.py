@@ -45,8 +45,9 @@ def canonical_float(value: Any) -> Any:
 
 def canonical_str(value: Any) -> Any:
     """A string many records share, interned: an artifact's name (a few names, "log",
-    "trajectory", once per report) and its digest (held by the report and by the store's index
-    of artifacts, `State.artifacts`, each decoded from a record of its own: 120 bytes twice)."""
+    "trajectory", once per report). Not a digest: one of its own per artifact, interned it would
+    only add an entry to the interpreter's table (a report held in the coordinator's state keeps
+    its digest packed, coordinator/core/reportpack.py)."""
     return sys.intern(value) if type(value) is str else value
 
 

@@ -172,7 +172,7 @@ def report_codec(error: type[ValueError]) -> tuple[ToProto, FromProto]:
             msg.cached_tokens if has("cached_tokens") else None,
             canonical_float(msg.cost_usd) if has("cost_usd") else None,
             msg.started_ms, msg.finished_ms, msg.detail,
-            tuple(ArtifactRef(name=canonical_str(a.name), digest=Digest(canonical_str(a.digest)), size_bytes=a.size_bytes)
+            tuple(ArtifactRef(name=canonical_str(a.name), digest=Digest(a.digest), size_bytes=a.size_bytes)
                   for a in artifacts)
             if artifacts else (),
             tuple(ArtifactUnavailable(name=u.name, reason=u.reason) for u in unavailable) if unavailable else (),

@@ -16,12 +16,15 @@ from contextlib import contextmanager
 from dataclasses import MISSING, fields
 from typing import Any, BinaryIO
 
+from common.evidence import Report
 from coordinator.core.state import Soft, State
 
 # v2: run manifests, pins and per-worker fits. v3: records pickled as a bare object and its
 # fields as list items (common/fastpickle.py), which a build that reads v2 only cannot load.
-FORMAT_TAG = b"fleet-snapshot-v3\n"
-READABLE_TAGS = (FORMAT_TAG, b"fleet-snapshot-v2\n")  # v2's records load through their class
+# v4: an attempt's report packed into bytes (coordinator/core/reportpack.py).
+FORMAT_TAG = b"fleet-snapshot-v4\n"
+_UNPACKED_TAGS = (b"fleet-snapshot-v3\n", b"fleet-snapshot-v2\n")  # an attempt's report a Report record
+READABLE_TAGS = (FORMAT_TAG, *_UNPACKED_TAGS)  # v2's records load through their class
 assert all(len(tag) == len(FORMAT_TAG) for tag in READABLE_TAGS)
 
 
@@ -123,7 +126,17 @@ def decode_state(data: bytes | list[bytes] | Iterator[bytes]) -> State:
     # build whose Soft had fewer fields (slots missing on load) recovers all the same.
     state.soft = Soft()
     _fill_added_fields(state)
+    if head.startswith(_UNPACKED_TAGS):
+        _pack_reports(state)
     return state
+
+
+def _pack_reports(state: State) -> None:
+    """A snapshot of a build that kept each report as a Report record: the record lands in
+    the slot that now holds the packed bytes, and is packed there."""
+    for attempt in state.attempts.values():
+        if isinstance(attempt.packed_report, Report):
+            attempt.report = attempt.packed_report
 
 
 def _fill_added_fields(state: State) -> None:

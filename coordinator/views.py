@@ -305,7 +305,7 @@ def _attempt_kind(selected: Any, tid: Any, t: Any) -> str:
     """What became of an attempt (AttemptRecord.kind)."""
     if selected == tid:
         return "selected"
-    if t.report is not None:
+    if t.reported:
         return "late" if t.late else "retried"
     return "lost" if t.lost else "pending"
 

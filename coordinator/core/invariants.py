@@ -38,7 +38,7 @@ def check(state: State) -> list[str]:
                 bad.append(f"group {group.group_id} does not record its owner {a.assignment_id}")
             if a.assignment_id not in state.workers[a.worker_id].assignments:
                 bad.append(f"worker {a.worker_id} does not record {a.assignment_id}")
-            unreported = sum(1 for tid in a.attempts if state.attempts[tid].report is None)
+            unreported = sum(1 for tid in a.attempts if not state.attempts[tid].reported)
             if unreported != a.unreported:
                 bad.append(f"{a.assignment_id} counts {a.unreported} unreported, has {unreported}")
             if a.generation != group.generation:
@@ -87,7 +87,7 @@ def check(state: State) -> list[str]:
                     bad.append(f"cell {cid} attempts are not in dispatch order")
                 if cell.selected is not None:
                     t = state.attempts[cell.selected]
-                    if t.cell_id != cid or t.report is None or not is_selectable(t.report) or t.late:
+                    if t.cell_id != cid or (r := t.report) is None or not is_selectable(r) or t.late:
                         bad.append(f"cell {cid} selected {cell.selected} without selectable authoritative evidence")
                 elif run.attempts_left(cell):
                     pending += 1
@@ -169,7 +169,7 @@ def running_by_provider(state: State) -> dict[str, int]:
             continue
         for tid in a.attempts:
             t = state.attempts[tid]
-            if t.report is None:
+            if not t.reported:
                 name = run.provider_by_subject[run.cells[t.cell_id].subject_id]
                 running[name] = running.get(name, 0) + 1
     return running

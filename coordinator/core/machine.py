@@ -25,7 +25,6 @@ from dataclasses import replace
 
 from common import limits
 from common.evidence import evidence_problem, expected_status, is_selectable
-from common.fastpickle import canonical_str
 from common.identity import differences, pin_components
 from common.ids import AssignmentId, AttemptId, RunId, WorkerId, assignment_id_for, attempt_id_for, cell_of_attempt, is_digest
 from common.policy import COST_USD_MAX, Policy, group_deadline_for
@@ -429,7 +428,7 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     problem = _evidence_rejection(report)
     if problem is not None:
         return problem
-    if attempt.report is not None:
+    if attempt.reported:
         if attempt.report == report:
             return LATE if attempt.late else DUPLICATE
         return rejected(Rejection.CONFLICTING_REPORT, f"attempt {cmd.attempt_id} already has a different report")
@@ -559,7 +558,7 @@ def _restore_worker_back(state: State, now: int) -> None:
 
 def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
     attempt = state.attempts.get(cmd.attempt_id)
-    if attempt is not None and (attempt.report is not None or state.assignments[attempt.assignment_id].authoritative):
+    if attempt is not None and (attempt.reported or state.assignments[attempt.assignment_id].authoritative):
         # Not lost: an ordinary report (most often a duplicate of one the backup holds).
         return _cell_reported(state, c.CellReported(cmd.now_ms, cmd.worker_id, cmd.attempt_id, cmd.assignment_id,
                                                     cmd.generation, cmd.report), fx)
@@ -660,7 +659,7 @@ def _artifact_stored(state: State, cmd: c.ArtifactStored, fx: Fx) -> Outcome:
         return rejected(Rejection.MALFORMED_FRAME, f"malformed digest or size: {cmd.digest!r} {cmd.size_bytes}")
     if cmd.digest in state.artifacts:
         return DUPLICATE
-    state.artifacts[canonical_str(cmd.digest)] = cmd.size_bytes  # the reports' digests are the same object
+    state.artifacts[cmd.digest] = cmd.size_bytes
     state.version += 1
     return ACCEPTED
 
@@ -1431,7 +1430,7 @@ def _release(state: State, assignment: AssignmentState, now: int, reason: str, f
     group = run.groups[assignment.group_index]
     for tid in assignment.attempts:
         attempt = state.attempts[tid]
-        if attempt.report is None:
+        if not attempt.reported:
             attempt.lost = True
             providers.stopped(state, run, group, attempt.cell_id)
     run.active -= 1
@@ -1491,8 +1490,8 @@ def _settle_or_wait(state: State, run: RunState, group: GroupState, now: int, fx
     group.eligible_ms = now + run.policy.backoff_ms(failed)
     for cell in pending:  # a throttled cell waits out its provider's retry-after
         last = state.attempts[cell.attempts[-1]] if cell.attempts else None
-        if last is not None and last.report is not None and last.report.throttled:
-            group.eligible_ms = max(group.eligible_ms, last.reported_ms + providers.retry_after_ms(last.report))
+        if last is not None and (report := last.report) is not None and report.throttled:
+            group.eligible_ms = max(group.eligible_ms, last.reported_ms + providers.retry_after_ms(report))
     if group.eligible_ms <= now:
         heapq.heappush(run.ready, run.ready_key(group.index))
     else:

@@ -62,7 +62,7 @@ def group_durations(state: State, run: RunState) -> dict[tuple[TaskId, int], int
             chosen = cell.selected
             if chosen is None:
                 for tid in reversed(cell.attempts):
-                    if state.attempts[tid].report is not None:
+                    if state.attempts[tid].reported:
                         chosen = tid
                         break
             if chosen is None:

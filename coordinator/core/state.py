@@ -23,6 +23,7 @@ from common.fastpickle import fast_pickle
 from common.ids import AssignmentId, AttemptId, CellId, Digest, GroupId, RunId, SubjectId, WorkerId
 from common.policy import Policy
 from common.spec import ExperimentSpec
+from coordinator.core.reportpack import pack as pack_report, unpack as unpack_report
 
 
 class WorkerStatus(enum.IntEnum):
@@ -97,13 +98,30 @@ class AttemptState:
     worker_id: WorkerId
     dispatch_order: int
     dispatched_ms: int
-    report: Report | None = None
+    # Its report packed (coordinator/core/reportpack.py): a third of the memory of the Report
+    # and its records. Read and set as `report`; `reported` asks whether it has one.
+    packed_report: bytes | None = None
     reported_ms: int = 0
     late: bool = False  # reported after its assignment was superseded: evidence only
     lost: bool = False  # its assignment ended without a report
     # Issued by the coordinator before a restore and lost with its log's tail; offered again
     # by the worker that kept its result (`ResultOffered`), which is its provenance.
     recovered: bool = False
+
+    @property
+    def report(self) -> Report | None:
+        """Its report, unpacked anew at each read (about 2 us): a caller that reads one field
+        several times keeps the Report it got."""
+        packed = self.packed_report
+        return None if packed is None else unpack_report(packed)
+
+    @report.setter
+    def report(self, report: Report | None) -> None:
+        self.packed_report = None if report is None else pack_report(report)
+
+    @property
+    def reported(self) -> bool:
+        return self.packed_report is not None
 
 
 @fast_pickle

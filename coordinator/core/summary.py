@@ -115,8 +115,8 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
     for tid in cell.attempts:
         attempt = state.attempts[tid]
         tally.dispatched += 1
-        tally.lost += attempt.lost and attempt.report is None
         r = attempt.report
+        tally.lost += attempt.lost and r is None
         if r is None or r.usage != Usage.COMPLETE:
             tally.usage_complete = False
         if r is not None:

@@ -8,6 +8,7 @@ a snapshot's load as from the wire's decode, with every other value (-0.0 too) a
 from __future__ import annotations
 
 import copy
+import copyreg
 import dataclasses
 import io
 import pickle
@@ -16,9 +17,10 @@ import pickletools
 import pytest
 
 from common.evidence import ArtifactRef, ArtifactUnavailable, Report
-from common.fastpickle import canonical_float, canonical_str, fast_pickle
+from common.fastpickle import canonical_float, fast_pickle
 from common.reportwire import report_codec
 from common.spec import Task
+from coordinator.core.reportpack import pack as pack_report
 from coordinator.core.state import AttemptState, CellState, durable_fingerprint
 from coordinator.snapshot import FORMAT_TAG, decode_state, encode_state
 from tests.unit.core_helpers import make_report, make_spec
@@ -26,7 +28,7 @@ from tests.unit.test_snapshot_parts_decode import a_state_with_work
 
 RECORDS = [
     CellState("c1", 7, "s1", ["a1", "a2"], "a2", 1, 0, 0),
-    AttemptState("a1", "r1", "c1", "g1", 2, "w1", 300, 1_733_000_000_123, make_report(), 1_733_000_000_999),
+    AttemptState("a1", "r1", "c1", "g1", 2, "w1", 300, 1_733_000_000_123, pack_report(make_report()), 1_733_000_000_999),
     make_report(),
     ArtifactUnavailable("log", "too large"),
     Task("t1"),
@@ -54,25 +56,63 @@ def test_shared_values_stay_shared_after_a_round_trip() -> None:
     assert a is b
 
 
+def _as_written_before(obj: object) -> list:
+    """A record's fields as builds before format v4 held them: an attempt's report a Report."""
+    values = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    if isinstance(obj, AttemptState) and obj.packed_report is not None:
+        values[[f.name for f in dataclasses.fields(obj)].index("packed_report")] = obj.report
+    return values
+
+
 class _TupleForm(pickle.Pickler):
     """Writes every record as the v2 builds did: (the class, its fields as a tuple)."""
 
     def reducer_override(self, obj: object) -> object:
         if dataclasses.is_dataclass(obj) and hasattr(type(obj), "extend"):
-            return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+            return type(obj), tuple(_as_written_before(obj))
         return NotImplemented
 
 
-def test_a_v2_snapshot_of_the_tuple_form_still_loads() -> None:
-    state = a_state_with_work()
+class _V3Form(pickle.Pickler):
+    """Writes every record as the v3 builds did: the bare object, its fields as list items, an
+    attempt's report a Report record."""
+
+    def reducer_override(self, obj: object) -> object:
+        if dataclasses.is_dataclass(obj) and hasattr(type(obj), "extend"):
+            return copyreg.__newobj__, (type(obj),), None, iter(_as_written_before(obj))
+        return NotImplemented
+
+
+def _reported_state() -> object:
+    from tests.unit.core_helpers import Core, artifact
+
+    k = Core(make_spec(tasks=3, subjects=2))
+    k.register("w1", slots=2)
+    for tid in [t for aid in k.held("w1") for t in k.attempts_of(aid)]:
+        ref, _ = artifact("log", data=f"the log of {tid}".encode())
+        k.store(ref)
+        k.report(tid, make_report(artifacts=(ref,), detail=f"detail of {tid}"))
+    assert sum(a.reported for a in k.state.attempts.values()) == 4
+    return k.state
+
+
+@pytest.mark.parametrize("tag, form", [(b"fleet-snapshot-v2\n", _TupleForm), (b"fleet-snapshot-v3\n", _V3Form)])
+def test_a_snapshot_of_an_earlier_format_still_loads_its_reports_packed(tag: bytes, form: type) -> None:
+    state = _reported_state()
     out = io.BytesIO()
-    out.write(b"fleet-snapshot-v2\n")
+    out.write(tag)
     state_soft, state.soft = state.soft, type(state.soft)()
-    _TupleForm(out, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
+    form(out, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
     state.soft = state_soft
-    assert b"fleet-snapshot-v3" not in out.getvalue()
-    assert durable_fingerprint(decode_state(out.getvalue())) == durable_fingerprint(state)
-    assert encode_state(state).startswith(FORMAT_TAG) and FORMAT_TAG == b"fleet-snapshot-v3\n"
+    data = out.getvalue()
+    assert b"coordinator.core.state\nAttemptState" in data or b"AttemptState" in data
+    assert b"Report" in data  # the fixture really wrote Report records
+    loaded = decode_state(data)
+    assert durable_fingerprint(loaded) == durable_fingerprint(state)
+    assert all(a.packed_report is None or type(a.packed_report) is bytes for a in loaded.attempts.values())
+    assert [a.report for a in loaded.attempts.values()] == [a.report for a in state.attempts.values()]
+    assert encode_state(state).startswith(FORMAT_TAG) and FORMAT_TAG == b"fleet-snapshot-v4\n"
+    assert b"Report" not in encode_state(state)  # this build writes no Report record at all
 
 
 def test_a_record_with_another_field_count_is_refused() -> None:
@@ -120,9 +160,6 @@ def test_canonical_fields_come_back_shared_from_a_snapshot_load_and_from_the_wir
         assert _shared(back) == (2, 1, 1)
         assert back[0].score is canonical_float(_fresh(0.0)) and back[1].score is canonical_float(_fresh(1.0))
         assert back[3].cost_usd == 0.25
-        # a digest is one object however many records decoded it: the store's index of
-        # artifacts (the core interns the one it records) and every report naming it
-        assert all(r.artifacts[0].digest is canonical_str(_digest(i)) for i, r in enumerate(back))
 
 
 def test_a_canonical_float_keeps_every_other_value_as_it_is() -> None:
@@ -135,11 +172,16 @@ def test_a_canonical_float_keeps_every_other_value_as_it_is() -> None:
     assert str(pickle.loads(pickle.dumps(make_report(score=-0.0))).score) == "-0.0"
 
 
-def _replayed_and_its_snapshot() -> tuple[str, bytes]:
-    """A core's log encoded, decoded (every string decoded anew) and replayed; the replayed
-    state's fingerprint, checked against the original, and its snapshot's bytes."""
+def _packed(state: object) -> list[bytes]:
+    return [a.packed_report for a in state.attempts.values() if a.reported]  # type: ignore[attr-defined]
+
+
+def test_a_report_packs_to_the_same_bytes_live_replayed_and_loaded() -> None:
+    """A report reaches the state three ways: from the worker's message (live), from its log
+    record (replay, every string decoded anew), from a snapshot (recovery, the snapshot
+    process). Each holds the same packed bytes, and each names an artifact its store's index
+    holds; the snapshot holds no Report or ArtifactRef record."""
     from coordinator.logcodec import decode_record, encode_record
-    from coordinator.snapshot import encode_state
     from tests.unit.core_helpers import Core, artifact
 
     k = Core(make_spec(tasks=2, subjects=1))
@@ -147,30 +189,17 @@ def _replayed_and_its_snapshot() -> tuple[str, bytes]:
     for tid in [t for aid in k.held("w1") for t in k.attempts_of(aid)]:
         ref, _ = artifact("log", data=f"the log of {tid}".encode())
         k.store(ref)
-        k.report(tid, make_report(artifacts=(ref,)))
+        k.report(tid, make_report(artifacts=(ref,), detail="".join(["exit ", "0"])))
     replayed = Core(submit=False)
     for i, cmd in enumerate(k.log):
         replayed.apply(decode_record(encode_record(i + 1, cmd))[1])
-    assert durable_fingerprint(replayed.state) == durable_fingerprint(k.state)
-    _assert_each_digest_once(replayed.state)
-    return durable_fingerprint(replayed.state), encode_state(replayed.state)
-
-
-def _assert_each_digest_once(state: object) -> None:
-    keys = {d: d for d in state.artifacts}  # type: ignore[attr-defined]
-    refs = [a.report.artifacts[0] for a in state.attempts.values() if a.report is not None]  # type: ignore[attr-defined]
-    assert len(refs) == 2 and len(keys) == 2
-    assert all(keys[r.digest] is r.digest for r in refs)
-
-
-def test_a_replayed_log_and_its_snapshot_hold_each_digest_once() -> None:
-    """An artifact's digest arrives twice, in its upload's record and in the report's: after a
-    replay of the encoded log, and after its snapshot is loaded where nothing else holds those
-    digests (recovery, the snapshot process: a process of their own), the store's index of
-    artifacts and the report hold one object (120 bytes a report at a million cells)."""
-    from coordinator.snapshot import decode_state
-
-    fingerprint, data = _replayed_and_its_snapshot()
+    data = encode_state(replayed.state)
     loaded = decode_state(data)
-    assert durable_fingerprint(loaded) == fingerprint
-    _assert_each_digest_once(loaded)
+    live = _packed(k.state)
+    assert len(live) == 2 and all(type(p) is bytes for p in live)
+    assert _packed(replayed.state) == live and _packed(loaded) == live
+    assert durable_fingerprint(loaded) == durable_fingerprint(replayed.state) == durable_fingerprint(k.state)
+    for state in (k.state, replayed.state, loaded):
+        refs = [a.report.artifacts[0] for a in state.attempts.values() if a.reported]
+        assert all(r.digest in state.artifacts for r in refs)
+    assert b"ArtifactRef" not in data and b"Report" not in data

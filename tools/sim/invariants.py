@@ -195,7 +195,7 @@ class IncrementalMonitor:
                 bad.append(f"attempt {tid} of {aid} is not of its group")
             if t.assignment_id != aid or t.generation != a.generation:
                 bad.append(f"attempt {tid} does not point back at {aid}")
-            unreported += t.report is None
+            unreported += not t.reported
         key = (a.run_id, a.group_index)
         owner = self.owner.get(key)
         if a.authoritative:
@@ -268,7 +268,7 @@ class IncrementalMonitor:
             before = self.selected.get(key)
             if cell.selected is not None:
                 t = state.attempts[cell.selected]
-                if t.cell_id != cid or t.report is None or not is_selectable(t.report) or t.late:
+                if t.cell_id != cid or (r := t.report) is None or not is_selectable(r) or t.late:
                     bad.append(f"cell {cid} selected {cell.selected} without selectable authoritative evidence")
                 if before is None:
                     self.selected[key] = cell.selected
@@ -394,8 +394,8 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
         i = cell.attempts.index(t.attempt_id)
         if i:
             before = state.attempts[cell.attempts[i - 1]]
-            if before.report is not None and before.report.throttled and not before.late:
-                ready_ms = before.reported_ms + _retry_after_ms(before.report)
+            if (report := before.report) is not None and report.throttled and not before.late:
+                ready_ms = before.reported_ms + _retry_after_ms(report)
                 if t.dispatched_ms < ready_ms:
                     bad.append(f"attempt {t.attempt_id} dispatched at {t.dispatched_ms}ms, before its cell's "
                                f"throttled attempt's retry-after ended at {ready_ms}ms")
@@ -411,7 +411,7 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
             throttled = 0
             for tid in cell.attempts:
                 t = state.attempts[tid]
-                if t.report is not None and t.report.throttled and not t.late:
+                if (r := t.report) is not None and r.throttled and not t.late:
                     throttled += 1
             if throttled != cell.throttled:
                 bad.append(f"cell {cid} counts {cell.throttled} throttled attempts, its reports say {throttled}")

@@ -208,7 +208,7 @@ class ScaleSimulation(Simulation):
         lost = [tid for tid, cid in self.acked_selectable.items() if run.cells[cid].selected != tid]
         selectable_per_cell: dict[str, int] = {}
         for attempt in self.state.attempts.values():
-            if attempt.report is not None and not attempt.late and is_selectable(attempt.report):
+            if not attempt.late and (r := attempt.report) is not None and is_selectable(r):
                 selectable_per_cell[attempt.cell_id] = selectable_per_cell.get(attempt.cell_id, 0) + 1
         duplicated = sum(1 for n in selectable_per_cell.values() if n > 1) + self.inc.selection_changes
         if self.check:

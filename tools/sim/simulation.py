@@ -1564,7 +1564,7 @@ def provider_view(sim: Simulation) -> dict:
     cells = {}
     for cid, cell in run.cells.items():
         counted = [t for t in cell.attempts
-                   if not (sim.state.attempts[t].report and sim.state.attempts[t].report.throttled)]
+                   if not ((r := sim.state.attempts[t].report) and r.throttled)]
         report = sim.state.attempts[cell.selected].report if cell.selected else None
         cells[cid] = {"counted": counted_attempts(cell), "throttled": cell.throttled,
                       "selected": counted.index(cell.selected) + 1 if cell.selected else None,

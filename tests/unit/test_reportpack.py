@@ -1,0 +1,87 @@
+"""coordinator/core/reportpack.py: a report packed and unpacked is equal to itself, field by
+field and type by type (its enums enums, -0.0 still negative, None still None), whatever it
+carries; equal reports pack to equal bytes however their strings were made (interned or not);
+a digest of another form than sha256 survives; and an attempt reads and sets its report
+through the packed bytes."""
+from __future__ import annotations
+
+import math
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.evidence import (
+    ArtifactRef, ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification,
+)
+from common.ids import sha256_digest
+from coordinator.core.reportpack import pack, unpack
+from coordinator.core.state import AttemptState
+from tests.unit.core_helpers import make_report
+
+_text = st.text(max_size=40)
+_count = st.none() | st.integers(min_value=0, max_value=2**63 - 1)
+_number = st.none() | st.floats(allow_nan=False, allow_infinity=False)
+_ms = st.integers(min_value=-2**62, max_value=2**62)
+_artifact = st.builds(ArtifactRef, _text,
+                      st.binary(min_size=1, max_size=8).map(sha256_digest) | _text, st.integers(0, 2**62))
+_reports = st.builds(
+    Report, st.sampled_from(Status), st.sampled_from(Execution), st.sampled_from(Verification),
+    st.sampled_from(Usage), st.sampled_from(Cleanup), _number, _text, _count, _count, _count, _number, _ms, _ms,
+    _text, st.lists(_artifact, max_size=3).map(tuple),
+    st.lists(st.builds(ArtifactUnavailable, _text, _text), max_size=2).map(tuple), _text,
+    st.integers(0, 2**31 - 1))
+
+
+def _typed(r: Report) -> list[tuple[type, object]]:
+    out: list[tuple[type, object]] = []
+    for name in r.__slots__:
+        value = getattr(r, name)
+        out.append((type(value), math.copysign(1.0, value) if type(value) is float else value))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(_reports)
+def test_a_packed_report_unpacks_equal_field_by_field_and_type_by_type(r: Report) -> None:
+    back = unpack(pack(r))
+    assert back == r
+    assert _typed(back) == _typed(r)
+    assert [_typed_ref(a) for a in back.artifacts] == [_typed_ref(a) for a in r.artifacts]
+    assert pack(back) == pack(r)
+
+
+def _typed_ref(a: ArtifactRef) -> tuple:
+    return type(a), type(a.name), a.name, type(a.digest), a.digest, a.size_bytes
+
+
+def test_equal_reports_pack_to_equal_bytes_interned_or_not() -> None:
+    name, detail = "".join(["lo", "g"]), "".join(["exit ", "1"])
+    digest = "".join(["sha256:", "ab" * 32])
+    assert name is not sys.intern(name) and digest is not sys.intern("sha256:" + "ab" * 32)
+    fresh = make_report(detail=detail, artifacts=(ArtifactRef(name, digest, 7),))
+    interned = make_report(detail=sys.intern("exit 1"),
+                           artifacts=(ArtifactRef(sys.intern("log"), sys.intern("sha256:" + "ab" * 32), 7),))
+    assert fresh == interned and pack(fresh) == pack(interned)
+    assert bytes.fromhex("ab" * 32) in pack(fresh)  # the digest's raw bytes, not its 71 characters
+    assert digest.encode() not in pack(fresh)
+
+
+def test_a_negative_zero_and_an_empty_report_survive() -> None:
+    r = make_report(score=-0.0, cost_usd=-0.0)
+    back = unpack(pack(r))
+    assert str(back.score) == "-0.0" and str(back.cost_usd) == "-0.0"
+    bare = Report(Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN, Usage.MISSING, Cleanup.UNKNOWN)
+    assert unpack(pack(bare)) == bare
+
+
+def test_an_attempt_reads_and_sets_its_report_through_the_packed_bytes() -> None:
+    a = AttemptState("a1", "r1", "c1", "g1", 1, "w1", 1, 1_000)
+    assert a.report is None and not a.reported and a.packed_report is None
+    r = make_report(throttled="429 too many requests", retry_after_ms=2_000, verification=Verification.NOT_RUN,
+                    execution=Execution.NOT_STARTED, status=Status.THROTTLED)
+    a.report = r
+    assert a.reported and type(a.packed_report) is bytes and a.packed_report == pack(r)
+    assert a.report == r and a.report is not r  # a new Report at each read
+    a.report = None
+    assert not a.reported and a.report is None

@@ -112,10 +112,13 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
     last_detail = ""
     executions = 0
     extra_cost = 0.0
+    chosen: Report | None = None  # the selected attempt's report, unpacked once
     for tid in cell.attempts:
         attempt = state.attempts[tid]
         tally.dispatched += 1
         r = attempt.report
+        if tid == cell.selected:
+            chosen = r
         tally.lost += attempt.lost and r is None
         if r is None or r.usage != Usage.COMPLETE:
             tally.usage_complete = False
@@ -134,7 +137,7 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
         tally.extra_execution_cost_usd += extra_cost
     if cell.selected is not None:
         a = state.attempts[cell.selected]
-        r = a.report
+        r = chosen
         assert r is not None and r.score is not None
         if r.cost_usd is not None:
             tally.selected_cost_usd += r.cost_usd

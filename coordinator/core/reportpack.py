@@ -3,9 +3,10 @@
 A `Report` held in the state is about a dozen objects: the record (19 slots), its artifacts'
 tuple and `ArtifactRef`, and an int or float of its own for each time, token count, size and
 cost. At a million cells that was 470 bytes a report and a tenth of a snapshot's objects to
-unpickle (docs/benchmarks.md, issue 26). `pack` turns it into one bytes object of about 170
-bytes, `unpack` gives back an equal `Report`; `AttemptState.report` does both, so a reader
-sees a `Report` as before and pays about 2 us for each one it reads.
+unpickle (docs/benchmarks.md, issue 26). `pack` turns it into one bytes object (a run's report
+with one artifact: 131 bytes, 164 with the object's header), `unpack` gives back an equal
+`Report`; `AttemptState.report` does both, so a reader sees a `Report` as before and pays about
+2 us for each one it reads.
 
 The packing is marshal (version 2) of a tuple of ints, floats, bytes and None only: marshal is
 exact for each of them (a float's every bit, -0.0 included) and writes equal values as equal
@@ -28,8 +29,8 @@ _EXECUTION = tuple(Execution)
 _VERIFICATION = tuple(Verification)
 _USAGE = tuple(Usage)
 _CLEANUP = tuple(Cleanup)
-assert all(tuple(e) == tuple(sorted(e)) and e[0] == 0 and e[-1] == len(e) - 1
-           for e in (_STATUS, _EXECUTION, _VERIFICATION, _USAGE, _CLEANUP)), "each enum's values are 0..n-1"
+assert all(tuple(e) == tuple(sorted(e)) and e[0] == 0 and e[-1] == len(e) - 1 and len(e) <= 16
+           for e in (_STATUS, _EXECUTION, _VERIFICATION, _USAGE, _CLEANUP)), "each enum's values are 0..n-1, n <= 16"
 _PREFIX, _PREFIX_LEN = DIGEST_PREFIX, len(DIGEST_PREFIX)
 _VERSION = 2  # binary floats; no references between objects (which would depend on refcounts)
 
@@ -40,8 +41,11 @@ def _digest_bytes(digest: str) -> bytes | str:
     return bytes.fromhex(digest[_PREFIX_LEN:]) if is_digest(digest) else digest
 
 
+_UTF8, _ANY = "utf-8", "surrogatepass"  # a str as its UTF-8 and back, whatever it holds
+
+
 def _utf8(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
+    return text.encode(_UTF8, _ANY)
 
 
 def pack(r: Report) -> bytes:
@@ -63,15 +67,13 @@ def unpack(packed: bytes) -> Report:
         environment_failure, unavailable, throttled, retry_after_ms = "", (), "", 0
     else:
         environment_failure, unavailable, throttled, retry_after_ms = rare
-        environment_failure = environment_failure.decode("utf-8", "surrogatepass")
-        throttled = throttled.decode("utf-8", "surrogatepass")
-        unavailable = tuple(ArtifactUnavailable(n.decode("utf-8", "surrogatepass"), w.decode("utf-8", "surrogatepass"))
-                            for n, w in unavailable)
+        environment_failure, throttled = environment_failure.decode(_UTF8, _ANY), throttled.decode(_UTF8, _ANY)
+        unavailable = tuple(ArtifactUnavailable(n.decode(_UTF8, _ANY), w.decode(_UTF8, _ANY)) for n, w in unavailable)
     return Report(_STATUS[enums & 15], _EXECUTION[enums >> 4 & 15], _VERIFICATION[enums >> 8 & 15],
                   _USAGE[enums >> 12 & 15], _CLEANUP[enums >> 16 & 15], score, environment_failure,
                   input_tokens, output_tokens, cached_tokens, cost, started, finished,
-                  detail.decode("utf-8", "surrogatepass"),
-                  tuple([ArtifactRef(n.decode("utf-8", "surrogatepass"),
+                  detail.decode(_UTF8, _ANY),  # inline: a call per field is 5% of an unpack
+                  tuple([ArtifactRef(n.decode(_UTF8, _ANY),
                                      _PREFIX + d.hex() if type(d) is bytes else d, size)  # type: ignore[arg-type]
                          for n, d, size in artifacts]),
                   unavailable, throttled, retry_after_ms)

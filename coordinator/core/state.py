@@ -23,7 +23,7 @@ from common.fastpickle import fast_pickle
 from common.ids import AssignmentId, AttemptId, CellId, Digest, GroupId, RunId, SubjectId, WorkerId
 from common.policy import Policy
 from common.spec import ExperimentSpec
-from coordinator.core.reportpack import pack as pack_report, unpack as unpack_report
+from coordinator.core.reportpack import Glance, glance as glance_report, pack as pack_report, unpack as unpack_report
 
 
 class WorkerStatus(enum.IntEnum):
@@ -118,6 +118,12 @@ class AttemptState:
     @report.setter
     def report(self, report: Report | None) -> None:
         self.packed_report = None if report is None else pack_report(report)
+
+    @property
+    def glance(self) -> Glance | None:
+        """The few fields of its report that a walk over many cells reads (about 0.6 us)."""
+        packed = self.packed_report
+        return None if packed is None else glance_report(packed)
 
     @property
     def reported(self) -> bool:

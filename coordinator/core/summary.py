@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from common.evidence import Execution, Report, Usage
 from common.ids import AssignmentId, AttemptId, CellId, RunId, SubjectId, TaskId, WorkerId
+from coordinator.core.reportpack import Glance
 from coordinator.core.state import CellCounts, GroupState, GroupStatus, RunState, State
 
 
@@ -97,7 +98,7 @@ class Tally:
     extra_execution_cost_usd: float = 0.0
 
 
-def executed(r: Report | None) -> bool:
+def executed(r: Report | Glance | None) -> bool:
     """Whether a report shows the subject ran (and so was paid for): completed, failed on its
     own or unknown (it may have run to the end); not a subject that never started, and not an
     attempt the provider throttled."""
@@ -112,11 +113,11 @@ def visit_cell(state: State, run: RunState, group: GroupState, task_id: TaskId, 
     last_detail = ""
     executions = 0
     extra_cost = 0.0
-    chosen: Report | None = None  # the selected attempt's report, unpacked once
+    chosen: Glance | None = None  # the selected attempt's report, read once
     for tid in cell.attempts:
         attempt = state.attempts[tid]
         tally.dispatched += 1
-        r = attempt.report
+        r = attempt.glance  # what this walk reads of a report, without building it
         if tid == cell.selected:
             chosen = r
         tally.lost += attempt.lost and r is None

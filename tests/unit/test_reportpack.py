@@ -1,8 +1,10 @@
 """coordinator/core/reportpack.py: a report packed and unpacked is equal to itself, field by
 field and type by type (its enums enums, -0.0 still negative, None still None), whatever it
 carries; equal reports pack to equal bytes however their strings were made (interned or not);
-a digest of another form than sha256 survives; and an attempt reads and sets its report
-through the packed bytes."""
+a digest of another form than sha256 survives; an attempt reads and sets its report
+through the packed bytes; a glance (what the summary's walk reads) says what the report says; and a
+selected cell's GetResults message, filled from the report without the checking conversion,
+carries what that conversion would have given."""
 from __future__ import annotations
 
 import math
@@ -15,9 +17,12 @@ from common.evidence import (
     ArtifactRef, ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification,
 )
 from common.ids import sha256_digest
-from coordinator.core.reportpack import pack, unpack
+from coordinator import views
+from coordinator.core.reportpack import glance, pack, unpack
 from coordinator.core.state import AttemptState
-from tests.unit.core_helpers import make_report
+from coordinator.core.summary import SelectedResult, Tally, visit_cell
+from coordinator.logcodec import report_to_proto
+from tests.unit.core_helpers import Core, make_report, make_spec
 
 _text = st.text(max_size=40)
 _count = st.none() | st.integers(min_value=0, max_value=2**63 - 1)
@@ -85,3 +90,48 @@ def test_an_attempt_reads_and_sets_its_report_through_the_packed_bytes() -> None
     assert a.report == r and a.report is not r  # a new Report at each read
     a.report = None
     assert not a.reported and a.report is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(_reports)
+def test_a_glance_says_what_the_report_says(r: Report) -> None:
+    g = glance(pack(r))
+    assert (g.status, g.execution, g.usage, g.started_ms, g.finished_ms, g.detail) == \
+        (r.status, r.execution, r.usage, r.started_ms, r.finished_ms, r.detail)
+    assert _typed_value(g.score) == _typed_value(r.score) and _typed_value(g.cost_usd) == _typed_value(r.cost_usd)
+    assert type(g.status) is Status and type(g.execution) is Execution and type(g.usage) is Usage
+    assert g.throttled is bool(r.throttled)
+    a = AttemptState("a1", "r1", "c1", "g1", 1, "w1", 1, 1_000)
+    assert a.glance is None
+    a.report = r
+    assert a.glance == g
+
+
+def _typed_value(value: object) -> tuple:
+    return type(value), math.copysign(1.0, value) if type(value) is float else value
+
+
+_OPTIONAL = ("cost_usd", "input_tokens", "output_tokens", "cached_tokens")
+
+
+@settings(max_examples=100, deadline=None)
+@given(_reports.filter(lambda r: r.score is not None))
+def test_a_selected_cells_message_carries_what_the_checked_conversion_gives(r: Report) -> None:
+    k = Core(make_spec(tasks=1, subjects=1, repetitions=1))
+    k.register("w1", slots=1)
+    (aid,) = k.held("w1")
+    k.report_all(aid)
+    run = k.run
+    group = run.groups[0]
+    (cid,) = group.cells
+    tid = run.cells[cid].selected
+    assert tid is not None
+    k.state.attempts[tid].report = r  # set by hand: any report the wire can carry
+    v = visit_cell(k.state, run, group, *run.spec.group_key(group.index), cid, Tally())
+    assert isinstance(v, SelectedResult)
+    cell = views._cell_proto(k.state, v)
+    wire = report_to_proto(r)
+    assert (cell.status, cell.usage) == (wire.status, wire.usage)
+    assert list(cell.artifacts) == list(wire.artifacts) and list(cell.unavailable) == list(wire.unavailable)
+    for name in _OPTIONAL:
+        assert (cell.HasField(name), getattr(cell, name)) == (wire.HasField(name), getattr(wire, name)), name

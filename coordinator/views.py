@@ -320,7 +320,7 @@ def _attempts_visit(state: State, run: RunState, group: GroupState, task_id: Any
     records = []
     for tid in cell.attempts:
         t = state.attempts[tid]
-        r = t.report
+        r = t.glance  # the fields read here, without building a Report
         kind = _attempt_kind(cell.selected, tid, t)
         rec = admin_pb2.AttemptRecord(
             attempt_id=tid, cell_id=cell.cell_id, task_id=task_id, repetition=repetition,

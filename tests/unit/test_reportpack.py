@@ -3,8 +3,8 @@ field and type by type (its enums enums, -0.0 still negative, None still None), 
 carries; equal reports pack to equal bytes however their strings were made (interned or not);
 a digest of another form than sha256 survives; an attempt reads and sets its report
 through the packed bytes; a glance (what the summary's walk reads) says what the report says; and a
-selected cell's GetResults message, filled from the report without the checking conversion,
-carries what that conversion would have given."""
+selected cell's GetResults message, filled from the report without the checking conversion, and
+its ListAttempts record, filled from a glance, carry what that conversion would have given."""
 from __future__ import annotations
 
 import math
@@ -17,11 +17,13 @@ from common.evidence import (
     ArtifactRef, ArtifactUnavailable, Cleanup, Execution, Report, Status, Usage, Verification,
 )
 from common.ids import sha256_digest
+from common import limits
 from coordinator import views
 from coordinator.core.reportpack import glance, pack, unpack
 from coordinator.core.state import AttemptState
 from coordinator.core.summary import SelectedResult, Tally, visit_cell
 from coordinator.logcodec import report_to_proto
+from coordinator.paging import Position
 from tests.unit.core_helpers import Core, make_report, make_spec
 
 _text = st.text(max_size=40)
@@ -116,7 +118,7 @@ _OPTIONAL = ("cost_usd", "input_tokens", "output_tokens", "cached_tokens")
 
 @settings(max_examples=100, deadline=None)
 @given(_reports.filter(lambda r: r.score is not None))
-def test_a_selected_cells_message_carries_what_the_checked_conversion_gives(r: Report) -> None:
+def test_a_selected_cells_message_and_its_attempt_record_carry_what_the_checked_conversion_gives(r: Report) -> None:
     k = Core(make_spec(tasks=1, subjects=1, repetitions=1))
     k.register("w1", slots=1)
     (aid,) = k.held("w1")
@@ -135,3 +137,11 @@ def test_a_selected_cells_message_carries_what_the_checked_conversion_gives(r: R
     assert list(cell.artifacts) == list(wire.artifacts) and list(cell.unavailable) == list(wire.unavailable)
     for name in _OPTIONAL:
         assert (cell.HasField(name), getattr(cell, name)) == (wire.HasField(name), getattr(wire, name)), name
+    # ListAttempts reads the same report through a glance.
+    page = views.attempts_page(k.state, k.run_id, Position(), 10, limits.PAGE_BYTES_MAX)
+    assert page is not None
+    (rec,) = page.items
+    assert (rec.status, rec.usage, rec.detail) == (wire.status, wire.usage, wire.detail)
+    assert (rec.started_ms, rec.finished_ms) == ((wire.started_ms, wire.finished_ms) if r.started_ms else (0, 0))
+    for name in ("score", "cost_usd"):
+        assert (rec.HasField(name), getattr(rec, name)) == (wire.HasField(name), getattr(wire, name)), name

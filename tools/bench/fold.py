@@ -6,8 +6,8 @@ Generates a faithful log of an N-cell run into a store (`tools.bench.scale.gener
 report its own, a snapshot SNAPSHOT_EVERY_RECORDS - 1 records before the end), or reuses the
 one in --store, then prints as JSON, each the median of R: the snapshot's decode, a whole
 recovery (the decode and the tail's replay), this process's RSS after recovery, one summary of
-the run (`summarize`) and every GetResults page of it (`views.results_page`, 5,000 cells a
-page). Run it from two trees, each generating its own store, to compare what a change does to
+the run (`summarize`), every GetResults page of it (`views.results_page`, 5,000 cells a page)
+and every ListAttempts page (`views.attempts_page`, 5,000 attempts a page). Run it from two trees, each generating its own store, to compare what a change does to
 the state's size and to the walks that read it (docs/benchmarks.md, issue 26, stop 41).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from coordinator.paging import Position
 from coordinator.recovery import recover
 from coordinator.snapshot import decode_state, no_gc
 from coordinator.store import Store
-from coordinator.views import results_page
+from coordinator.views import attempts_page, results_page
 from tools.bench import scale
 
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.store or scratch / "store"  # type: ignore[operator]
         scale.generate(path, json.dumps(scale.spec_doc(args.cells)), 10_000, 2 * args.cells)
     store = Store.open(path)
-    decode, recovery, summary, results = [], [], [], []
+    decode, recovery, summary, results, listed = [], [], [], [], []
     rss = 0.0
     for _ in range(args.repeats):
         with no_gc():
@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             assert page is not None
             at = page.next_at
         results.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        at = Position()
+        while at is not None:
+            attempts = attempts_page(state, run_id, at, 5_000, 4 << 20)
+            assert attempts is not None
+            at = attempts.next_at
+        listed.append(time.perf_counter() - t)
         del state
         gc.unfreeze()
         gc.collect()
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"cells": args.cells, "store": str(path), "decode_s": round(statistics.median(decode), 3) if decode else None,
                       "recovery_s": round(statistics.median(recovery), 3), "rss_after_recovery_mb": round(rss),
                       "summarize_s": round(statistics.median(summary), 3),
-                      "results_pages_s": round(statistics.median(results), 3)}))
+                      "results_pages_s": round(statistics.median(results), 3),
+                      "attempts_pages_s": round(statistics.median(listed), 3)}))
     return 0
 
 

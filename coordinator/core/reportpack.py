@@ -7,7 +7,7 @@ unpickle (docs/benchmarks.md, issue 26). `pack` turns it into one bytes object (
 with one artifact: 131 bytes, 164 with the object's header), `unpack` gives back an equal
 `Report`; `AttemptState.report` does both, so a reader sees a `Report` as before and pays about
 2 us for each one it reads. A walk over many reports that reads a few fields of each (the run's
-summary) takes a `Glance` instead (`glance`): those fields alone, without building the Report,
+summary, ListAttempts) takes a `Glance` instead (`glance`): those fields alone, without building the Report,
 in about a third of the time.
 
 The packing is marshal (version 2) of a tuple of ints, floats, bytes and None only: marshal is
@@ -64,8 +64,8 @@ def pack(r: Report) -> bytes:
 
 
 class Glance(NamedTuple):
-    """The fields of a report that a walk over a run's cells reads (coordinator/core/summary.py),
-    read straight from its packing: a tuple, not a Report (whose frozen dataclass's __init__ is
+    """The fields of a report that a walk over a run's cells reads (the summary's `visit_cell`,
+    ListAttempts' records), read straight from its packing: a tuple, not a Report (whose frozen dataclass's __init__ is
     most of `unpack`). Each field is what the Report's of the same name is, except `throttled`,
     which says only whether the provider throttled the attempt."""
 

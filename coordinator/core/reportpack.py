@@ -7,8 +7,8 @@ unpickle (docs/benchmarks.md, issue 26). `pack` turns it into one bytes object (
 with one artifact: 131 bytes, 164 with the object's header), `unpack` gives back an equal
 `Report`; `AttemptState.report` does both, so a reader sees a `Report` as before and pays about
 2 us for each one it reads. A walk over many reports that reads a few fields of each (the run's
-summary, ListAttempts) takes a `Glance` instead (`glance`): those fields alone, without building the Report,
-in about a third of the time.
+summary, ListAttempts) takes a `Glance` instead (`glance`): those fields alone, without
+building the Report, in about a third of the time.
 
 The packing is marshal (version 2) of a tuple of ints, floats, bytes and None only: marshal is
 exact for each of them (a float's every bit, -0.0 included) and writes equal values as equal

@@ -7,8 +7,9 @@ report its own, a snapshot SNAPSHOT_EVERY_RECORDS - 1 records before the end), o
 one in --store, then prints as JSON, each the median of R: the snapshot's decode, a whole
 recovery (the decode and the tail's replay), this process's RSS after recovery, one summary of
 the run (`summarize`), every GetResults page of it (`views.results_page`, 5,000 cells a page)
-and every ListAttempts page (`views.attempts_page`, 5,000 attempts a page). Run it from two trees, each generating its own store, to compare what a change does to
-the state's size and to the walks that read it (docs/benchmarks.md, issue 26, stop 41).
+and every ListAttempts page (`views.attempts_page`, 5,000 attempts a page). Run it from two
+trees, each generating its own store, to compare what a change does to the state's size and to
+the walks that read it (docs/benchmarks.md, issue 26, stops 41 and 42).
 """
 from __future__ import annotations
 

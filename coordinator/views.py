@@ -17,6 +17,7 @@ from common.identity import manifest_id
 from common.ids import CellId, RunId, cell_of_attempt
 from common.report.names import STATUS_NAMES
 from coordinator.core.machine import liveness_policy
+from coordinator.core.reportpack import glance
 from coordinator.core.state import GroupState, RunState, State, WorkerStatus
 from coordinator.core.summary import IncompleteCell, SelectedResult, Tally, run_counts, run_state, visit_cell
 from coordinator.paging import Position
@@ -435,7 +436,7 @@ def run_part(state: State, run_id: RunId, at: Position, cells_max: int, tally: T
             others: tuple = ()
             if len(tried) > (sel is not None):
                 others = tuple((tid, _attempt_kind(sel, tid, t), t.worker_id, t.assignment_id, t.generation,
-                                t.dispatch_order, t.report) for tid in tried if tid != sel for t in (attempts[tid],))
+                                t.dispatch_order, t.packed_report) for tid in tried if tid != sel for t in (attempts[tid],))
             if sel is not None:
                 extra: Any = attempts[sel].recovered
             elif tried:
@@ -453,7 +454,7 @@ def run_part(state: State, run_id: RunId, at: Position, cells_max: int, tally: T
 def part_cells(part: RunPart) -> RunPagePart:
     """The part's cells as GetResults' cells read through results_json would be (the keys the run
     page reads), and its attempts as ListAttempts' records would fold; off the actor: it reads
-    only the part (frozen visits and reports, copied fields)."""
+    only the part (frozen visits, packed reports, copied fields)."""
     cells: list[dict] = []
     items: list[tuple] = []
     for v, throttled, extra, others in part.cells:
@@ -480,7 +481,8 @@ def part_cells(part: RunPart) -> RunPagePart:
                 "cost_usd": None, "incomplete_reason": v.reason or None, "incomplete_detail": v.detail or None,
                 "started_ms": None, "finished_ms": None, "throttled": throttled, "executions": v.executions,
                 "extra_execution_cost_usd": round(v.extra_execution_cost_usd, 9), "recovered_after_restore": False})
-        for tid, kind, worker, assignment, generation, order, r in others:
+        for tid, kind, worker, assignment, generation, order, packed in others:
+            r = None if packed is None else glance(packed)  # read here, off the actor
             status = int(r.status) if r is not None else 0
             entry = None
             if kind != "pending":  # as common/report/html.py attempts_from_records

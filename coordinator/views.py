@@ -436,7 +436,8 @@ def run_part(state: State, run_id: RunId, at: Position, cells_max: int, tally: T
             others: tuple = ()
             if len(tried) > (sel is not None):
                 others = tuple((tid, _attempt_kind(sel, tid, t), t.worker_id, t.assignment_id, t.generation,
-                                t.dispatch_order, t.packed_report) for tid in tried if tid != sel for t in (attempts[tid],))
+                                t.dispatch_order, t.packed_report)
+                               for tid in tried if tid != sel for t in (attempts[tid],))
             if sel is not None:
                 extra: Any = attempts[sel].recovered
             elif tried:

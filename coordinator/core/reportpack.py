@@ -65,9 +65,10 @@ def pack(r: Report) -> bytes:
 
 class Glance(NamedTuple):
     """The fields of a report that a walk over a run's cells reads (the summary's `visit_cell`,
-    ListAttempts' records), read straight from its packing: a tuple, not a Report (whose frozen dataclass's __init__ is
-    most of `unpack`). Each field is what the Report's of the same name is, except `throttled`,
-    which says only whether the provider throttled the attempt."""
+    ListAttempts' records, the console's run page), read straight from its packing: a tuple, not
+    a Report (whose frozen dataclass's __init__ is most of `unpack`). Each field is what the
+    Report's of the same name is, except `throttled`, which says only whether the provider
+    throttled the attempt."""
 
     status: Status
     execution: Execution

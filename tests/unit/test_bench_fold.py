@@ -14,7 +14,8 @@ def test_the_fold_bench_prints_its_figures_and_leaves_no_store(capsys, tmp_path:
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["cells"] == 300
     assert out["decode_s"] is None
-    for key in ("recovery_s", "summarize_s", "results_pages_s", "attempts_pages_s"):
+    for key in ("recovery_s", "summarize_s", "results_pages_s", "attempts_pages_s", "run_page_actor_s",
+                "run_page_off_actor_s"):
         assert out[key] > 0, key
     assert out["rss_after_recovery_mb"] > 0
     assert list(tmp_path.iterdir()) == []  # the generated store is gone

@@ -6,8 +6,9 @@ Generates a faithful log of an N-cell run into a store (`tools.bench.scale.gener
 report its own, a snapshot SNAPSHOT_EVERY_RECORDS - 1 records before the end), or reuses the
 one in --store, then prints as JSON, each the median of R: the snapshot's decode, a whole
 recovery (the decode and the tail's replay), this process's RSS after recovery, one summary of
-the run (`summarize`), every GetResults page of it (`views.results_page`, 5,000 cells a page)
-and every ListAttempts page (`views.attempts_page`, 5,000 attempts a page). Run it from two
+the run (`summarize`), every GetResults page of it (`views.results_page`, 5,000 cells a page),
+every ListAttempts page (`views.attempts_page`, 5,000 attempts a page) and every part of the
+console's run page (`views.run_part` on the actor, `views.part_cells` off it). Run it from two
 trees, each generating its own store, to compare what a change does to the state's size and to
 the walks that read it (docs/benchmarks.md, issue 26, stops 41 and 42).
 """
@@ -31,7 +32,7 @@ from coordinator.paging import Position
 from coordinator.recovery import recover
 from coordinator.snapshot import decode_state, no_gc
 from coordinator.store import Store
-from coordinator.views import attempts_page, results_page
+from coordinator.views import RUN_PART_CELLS_MAX, attempts_page, part_cells, results_page, run_part
 from tools.bench import scale
 
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.store or scratch / "store"  # type: ignore[operator]
         scale.generate(path, json.dumps(scale.spec_doc(args.cells)), 10_000, 2 * args.cells)
     store = Store.open(path)
-    decode, recovery, summary, results, listed = [], [], [], [], []
+    decode, recovery, summary, results, listed, on_actor, off_actor = [], [], [], [], [], [], []
     rss = 0.0
     for _ in range(args.repeats):
         with no_gc():
@@ -91,6 +92,18 @@ def main(argv: list[str] | None = None) -> int:
             assert attempts is not None
             at = attempts.next_at
         listed.append(time.perf_counter() - t)
+        on, off = 0.0, 0.0
+        at, tally = Position(), Tally()
+        while at is not None:
+            t = time.perf_counter()
+            part = run_part(state, run_id, at, RUN_PART_CELLS_MAX, tally)
+            assert part is not None
+            t1 = time.perf_counter()
+            part_cells(part)
+            on, off = on + t1 - t, off + time.perf_counter() - t1
+            at = part.next_at
+        on_actor.append(on)
+        off_actor.append(off)
         del state
         gc.unfreeze()
         gc.collect()
@@ -101,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                       "recovery_s": round(statistics.median(recovery), 3), "rss_after_recovery_mb": round(rss),
                       "summarize_s": round(statistics.median(summary), 3),
                       "results_pages_s": round(statistics.median(results), 3),
-                      "attempts_pages_s": round(statistics.median(listed), 3)}))
+                      "attempts_pages_s": round(statistics.median(listed), 3),
+                      "run_page_actor_s": round(statistics.median(on_actor), 3),
+                      "run_page_off_actor_s": round(statistics.median(off_actor), 3)}))
     return 0
 
 

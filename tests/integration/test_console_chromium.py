@@ -104,10 +104,36 @@ def login(driver, base: str, token: str, name: str = "") -> None:
     wait(driver, "the fleet page after login", lambda d: d.find_elements(By.ID, "role"))
 
 
+def attr_of(driver, css: str, name: str) -> str | None:
+    """`name` of the first element matching `css`, read in one script: a live part may be
+    replaced between a find and a read (a StaleElementReferenceException), never inside it."""
+    return driver.execute_script(
+        "var e = document.querySelector(arguments[0]); return e ? e.getAttribute(arguments[1]) : null;",
+        css, name)
+
+
+def attrs_of(driver, css: str, name: str) -> list[str | None]:
+    """`name` of every element matching `css`, in document order, read in one script."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.getAttribute(arguments[1]));",
+        css, name)
+
+
+def text_of(driver, css: str) -> str | None:
+    """The rendered text of the first element matching `css`, read in one script."""
+    return driver.execute_script(
+        "var e = document.querySelector(arguments[0]); return e ? e.innerText : null;", css)
+
+
 def live_attr(driver, name: str) -> str | None:
+    return attr_of(driver, "#live", name)
+
+
+def click(driver, what: str, css: str) -> None:
+    """Click the element matching `css`, found again if a live refresh replaced it meanwhile."""
     from selenium.webdriver.common.by import By
 
-    return driver.find_element(By.ID, "live").get_attribute(name)
+    wait(driver, what, lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True)
 
 
 def test_progress_lost_worker_and_cell_result_live(driver, cluster: Cluster) -> None:
@@ -123,20 +149,17 @@ def test_progress_lost_worker_and_cell_result_live(driver, cluster: Cluster) -> 
     assert live_attr(driver, "data-cells-selected") == "0"
 
     w2 = cluster.start_worker("w2", slots=1)
-    held = wait(driver, "a cell of w2's group running on the page", lambda d: d.find_elements(
-        By.CSS_SELECTOR, 'a.m[data-class="running"][data-worker="w2"]'))
-    held_cells = sorted(a.get_attribute("data-cell") for a in held)
+    held_cells = sorted(wait(driver, "a cell of w2's group running on the page", lambda d: attrs_of(
+        d, 'a.m[data-class="running"][data-worker="w2"]', "data-cell")))
     w2.kill9()
     # Lost: the worker expires (FAST_POLICY: 3 s) and its group's cells wait again, on this page.
     # (A cell of the group that finished before the kill keeps its result; the others wait.)
     def waiting_again(d) -> bool:
-        classes = [d.find_element(By.CSS_SELECTOR, f'a.m[data-cell="{c}"]').get_attribute("data-class")
-                   for c in held_cells]
+        classes = [attr_of(d, f'a.m[data-cell="{c}"]', "data-class") for c in held_cells]
         return "waiting" in classes and all(k in ("waiting", "pass") for k in classes)
 
     wait(driver, "w2's cells waiting again", waiting_again)
-    held_cells = [c for c in held_cells if driver.find_element(
-        By.CSS_SELECTOR, f'a.m[data-cell="{c}"]').get_attribute("data-class") == "waiting"]
+    held_cells = [c for c in held_cells if attr_of(driver, f'a.m[data-cell="{c}"]', "data-class") == "waiting"]
     wait(driver, "a lost attempt counted", lambda d: d.find_elements(By.CSS_SELECTOR, '#attempt-kinds [data-kind="lost"]'))
     assert int(live_attr(driver, "data-cells-selected")) < 8
     shot(driver, "run-worker-lost")
@@ -164,22 +187,22 @@ def test_progress_lost_worker_and_cell_result_live(driver, cluster: Cluster) -> 
     assert int(driver.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes") or 0) >= 1
     wait(driver, "the events list", lambda d: int(d.find_element(By.ID, "events").get_attribute("data-events")) > 0)
     wait(driver, "the run complete", lambda d: live_attr(d, "data-state") == "complete")
-    assert driver.find_element(By.ID, "eta").text == "0.00 s"
-    assert len(driver.find_elements(By.CSS_SELECTOR, 'a.m[data-class="pass"]')) == 8
+    assert text_of(driver, "#eta") == "0.00 s"
+    assert len(attrs_of(driver, 'a.m[data-class="pass"]', "data-cell")) == 8
     assert driver.find_elements(By.CSS_SELECTOR, "#scores tr[data-subject]")
     shot(driver, "run-complete")
 
     # The cell w2 lost: its page shows the lost attempt and the one that counts, with provenance.
-    driver.find_element(By.CSS_SELECTOR, f'a.m[data-cell="{held_cells[0]}"]').click()
+    click(driver, "the lost cell's link", f'a.m[data-cell="{held_cells[0]}"]')
     wait(driver, "the cell page", lambda d: d.find_elements(By.ID, "cell-id"))
     assert live_attr(driver, "data-state") == "selected" and live_attr(driver, "data-score") == "1.0"
-    kinds = {r.get_attribute("data-kind") for r in driver.find_elements(By.CSS_SELECTOR, "#attempts tr[data-kind]")}
+    kinds = set(attrs_of(driver, "#attempts tr[data-kind]", "data-kind"))
     assert kinds == {"lost", "selected"}, kinds
-    assert "worker w1" in driver.find_element(By.ID, "cell-provenance").text
+    assert "worker w1" in text_of(driver, "#cell-provenance")
     shot(driver, "cell")
-    names = [r.get_attribute("data-artifact") for r in driver.find_elements(By.CSS_SELECTOR, "#artifacts tr[data-artifact]")]
+    names = attrs_of(driver, "#artifacts tr[data-artifact]", "data-artifact")
     assert names, "the selected attempt has artifacts"
-    driver.find_element(By.CSS_SELECTOR, "#artifacts tr[data-artifact] a").click()
+    click(driver, "an artifact's link", "#artifacts tr[data-artifact] a")
     wait(driver, "an artifact shown", lambda d: d.find_elements(By.ID, "artifact-text"))
 
 
@@ -206,7 +229,7 @@ def test_bulk_retry_dry_run_then_confirm_and_a_viewer_is_refused(driver, cluster
     login(driver, base, admin_token)
     # One cell first, from its own page: the same RetryCell.
     driver.get(f"{base}/runs/{run_id}/cells/{down[0]}")
-    driver.find_element(By.ID, "action-retry-cell").click()
+    click(driver, "the retry button", "#action-retry-cell")
     wait(driver, "the retry's outcome", lambda d: d.find_elements(By.ID, "action-result"))
     assert driver.find_element(By.ID, "action-result").get_attribute("data-outcome") == "accepted"
     wait(driver, "the retried cell to run out of attempts again", lambda d: next(

@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -196,6 +196,10 @@ class OutboxEntry:
     assignment_id: AssignmentId
     payload: bytes
     artifacts: tuple[ArtifactRef, ...]
+    # Written by the put that returned it (not an identical earlier entry returned again, nor
+    # one read back): the session hands such an entry to its stream's pump without reading
+    # the outbox again. Not part of what was reported, nor stored.
+    fresh: bool = field(default=False, compare=False)
 
     def same_content(self, other: OutboxEntry) -> bool:
         """Equality of what was reported; `seq` is where it was queued, not what it says."""
@@ -887,7 +891,7 @@ class WorkerState:
         if txn.stat(self._db["outbox"])["entries"] >= self._entries_max:
             raise self._full()
         seq = self._next(txn, b"outbox_seq")
-        entry = OutboxEntry(seq, attempt_id, assignment_id, payload, artifacts)
+        entry = OutboxEntry(seq, attempt_id, assignment_id, payload, artifacts, fresh=True)
         txn.put(_U64.pack(seq), _encode_entry(entry), db=self._db["outbox"])
         txn.put(key, _PENDING + _U64.pack(seq), db=self._db["by_attempt"])
         self._add_refs(txn, artifacts)

@@ -238,6 +238,9 @@ class _Stream:
         self.offers: asyncio.Queue[tuple[str, tuple[str, ...]]] = asyncio.Queue(RUN_OFFERS_QUEUED_MAX)
         self.offered: dict[str, None] = {}
         self.report_slots = asyncio.Semaphore(REPORTS_IN_FLIGHT_MAX)
+        # Entries the outbox wrote while this stream was open, in the order their puts
+        # returned: the pump takes them from here instead of reading them back (`_fresh_page`).
+        self.fresh: deque[OutboxEntry] = deque()
         self._upload_count = 0
         self.frames_written = 0  # frames and the reports in them: the "stream totals" line at its end
         self.reports_written = 0
@@ -1095,7 +1098,10 @@ class WorkerSession:
         full_logged = False
         while True:
             try:
-                await self._state.put_report_async(attempt, aid, payload, files, urgent=urgent)
+                entry = await self._state.put_report_async(attempt, aid, payload, files, urgent=urgent)
+                s = self._stream
+                if entry.fresh and s is not None and len(s.fresh) < REPORTS_IN_FLIGHT_MAX:
+                    s.fresh.append(entry)
                 break
             except OutboxFull as e:
                 if not full_logged:
@@ -1126,11 +1132,12 @@ class WorkerSession:
         """Every pending entry, in outbox order, once per stream: at connect the whole outbox
         (the replay), afterwards each new one as it is put (a put is the only thing that adds
         an entry, so the pump waits for puts alone)."""
-        cursor = 0
+        cursor = 0  # the seq of the last entry handed to a delivery on this stream
         async with asyncio.TaskGroup() as tg:
             while True:
                 put = self._put
-                page = self._state.pending(after_seq=cursor, limit=REPORTS_IN_FLIGHT_MAX)
+                page = (_fresh_page(s.fresh, cursor, REPORTS_IN_FLIGHT_MAX)
+                        or self._state.pending(after_seq=cursor, limit=REPORTS_IN_FLIGHT_MAX))
                 if not page:
                     await put.wait()
                     continue
@@ -1323,6 +1330,21 @@ class WorkerSession:
             flog.debug("group finished", reason=reason, outcome=common_pb2.AckOutcome.Name(ack.outcome))
         for fut in self._handle(wp.GroupFinishedAnswered(aid))[1]:
             await asyncio.shield(fut)
+
+
+def _fresh_page(fresh: deque[OutboxEntry], cursor: int, limit: int) -> list[OutboxEntry]:
+    """The entries that follow `cursor` in the outbox, taken from `fresh` (entries written on
+    this stream, in the order their puts returned), or [] when `fresh` cannot tell them: the
+    next seq is not at its head (an entry put another way, before the stream or by a new
+    epoch, or out of order) and the pump reads the outbox as before. Only an unbroken run of
+    seqs from cursor + 1 is taken, so nothing the outbox holds between them is passed over;
+    entries at or below `cursor` were read from the outbox already and are dropped."""
+    while fresh and fresh[0].seq <= cursor:
+        fresh.popleft()
+    page: list[OutboxEntry] = []
+    while fresh and len(page) < limit and fresh[0].seq == cursor + 1 + len(page):
+        page.append(fresh.popleft())
+    return page
 
 
 def _usable_files(files: Sequence[Any]) -> tuple[list[tuple[str, Path]], list[ArtifactUnavailable]]:

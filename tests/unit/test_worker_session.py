@@ -583,6 +583,42 @@ def test_the_pump_reads_the_outbox_when_a_report_is_put_not_at_every_ack(tmp_pat
     asyncio.run(go())
 
 
+def test_the_pump_delivers_reports_put_on_its_stream_without_reading_them_back(tmp_path: Path) -> None:
+    """A report the outbox wrote while the stream was open goes to the pump as the put
+    returned it: the pump's reads find no entry (issue 26: the read-back was 4% of a W1
+    worker's loop), and every report is still delivered, and once."""
+    async def go() -> None:
+        fake = FakeCoordinator()
+        fake.protocol_version = 5
+        ex = FakeExecutor(files=False)
+        async with serving(fake) as port:
+            config = make_config(tmp_path, port)
+            w = Worker(config, ex)
+            found: list[int] = []
+            pending = w.state.pending
+
+            def counted(**kw: Any) -> list:
+                page = pending(**kw)
+                found.extend(e.seq for e in page)
+                return page
+
+            w.state.pending = counted  # type: ignore[method-assign]
+            await eventually(lambda: fake.streams, "a stream")
+            await eventually(lambda: w.session.connected, "the welcome")
+            groups = 4
+            for g in range(groups):
+                push = make_push(f"run-1:add/r0:g{g + 1}", subjects=("s1", "s2", "s3"))
+                fake.send(Frame(assignment=push))
+                await eventually(lambda g=g: w.session.groups_finished == g + 1, f"group {g + 1} finished")
+            assert len(fake.reports) == 3 * groups
+            assert set(fake.report_sends.values()) == {1}, fake.report_sends
+            assert found == [], found
+            assert w.state.depth == 0
+            assert await w.drain() is Ended.DRAINED
+
+    asyncio.run(go())
+
+
 def test_protocol_5_still_sends_group_finished_when_a_cell_was_not_counted(tmp_path: Path) -> None:
     """A LATE ack means the coordinator's assignment ended before that report: the worker
     cannot know it was released by its reports, so it says GroupFinished as before."""

@@ -212,27 +212,20 @@ def test_cancel_returns_promptly(tmp_path: Path, cancel_type) -> None:
     assert (r.status, r.execution, r.verification) == (Status.INDETERMINATE, Execution.UNKNOWN, Verification.NOT_RUN)
 
 
-def test_a_noop_cell_is_cheap(tmp_path: Path) -> None:
-    """Fleet's own overhead: the mean cost of a no-op cell (two thread hops included)."""
+def test_no_op_cells_one_after_another_complete_and_leave_no_dir(tmp_path: Path) -> None:
+    """A cell that makes no file leaves nothing behind, however many run on one executor. (What
+    a no-op cell costs is a benchmark's figure, not a test's: `python -m tools.bench.worker_parts`.)"""
     cells = 300
     jobs = [make_job(tmp_path, {"callable": "toybench:noop", "params": {}},
                      {"callable": "toybench:accept", "params": {}}, task={"id": "t"},
                      attempt=f"run-1:t/r1/s1:a{i}") for i in range(cells)]
 
-    async def go() -> float:
+    async def go() -> list[Status]:
         ex = PythonExecutor()
         cancel = CancelEvent()
-        await ex.run(jobs[0], cancel)  # imports and caches the callables
-        t0 = time.perf_counter()
-        for job in jobs[1:]:
-            out = await ex.run(job, cancel)
-            assert out.report.status == Status.COMPLETED
-        return (time.perf_counter() - t0) / (cells - 1)
+        return [(await ex.run(job, cancel)).report.status for job in jobs]
 
-    mean_s = asyncio.run(go())
-    print(f"no-op python cell: {mean_s * 1e6:.0f} µs mean")
-    # Well under a millisecond on an idle machine; the bound leaves room for a busy CI host.
-    assert mean_s < 0.003
+    assert asyncio.run(go()) == [Status.COMPLETED] * cells
     scratch = tmp_path / "scratch"
     assert not scratch.exists() or list(scratch.iterdir()) == []  # a no-op cell leaves no dir
 

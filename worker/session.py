@@ -1098,9 +1098,11 @@ class WorkerSession:
         full_logged = False
         while True:
             try:
-                entry = await self._state.put_report_async(attempt, aid, payload, files, urgent=urgent)
                 s = self._stream
-                if entry.fresh and s is not None and len(s.fresh) < REPORTS_IN_FLIGHT_MAX:
+                entry = await self._state.put_report_async(attempt, aid, payload, files, urgent=urgent)
+                # To the pump of a stream open for the whole put only: then no other stream's
+                # pump can have read this entry from the outbox and delivered it.
+                if entry.fresh and s is not None and s is self._stream and len(s.fresh) < REPORTS_IN_FLIGHT_MAX:
                     s.fresh.append(entry)
                 break
             except OutboxFull as e:

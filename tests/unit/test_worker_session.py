@@ -549,74 +549,59 @@ def test_protocol_5_finishes_a_group_acked_in_full_without_group_finished(tmp_pa
     asyncio.run(go())
 
 
-def test_the_pump_reads_the_outbox_when_a_report_is_put_not_at_every_ack(tmp_path: Path) -> None:
-    """The pump's only new work is a put: acks, settles and finished groups (which wake the
-    finisher) do not make it read the outbox again. Counted: reads that find nothing new are
-    at most one per put, plus the one at connect."""
-    async def go() -> None:
+def _groups_through_the_pump(tmp_path: Path, groups: int) -> tuple[FakeCoordinator, list[list[int]], int]:
+    """`groups` groups of 3 cells run one after another (protocol 5) with the outbox's reads
+    counted: the coordinator, the seqs of every page the pump's `pending` returned (empty
+    pages too), and the outbox's depth at the end."""
+    pages: list[list[int]] = []
+
+    async def go() -> tuple[FakeCoordinator, int]:
         fake = FakeCoordinator()
         fake.protocol_version = 5
-        ex = FakeExecutor(files=False)
         async with serving(fake) as port:
-            config = make_config(tmp_path, port)
-            w = Worker(config, ex)
-            reads = {"empty": 0, "found": 0}
+            w = Worker(make_config(tmp_path, port), FakeExecutor(files=False))
             pending = w.state.pending
 
             def counted(**kw: Any) -> list:
                 page = pending(**kw)
-                reads["found" if page else "empty"] += 1
+                pages.append([e.seq for e in page])
                 return page
 
             w.state.pending = counted  # type: ignore[method-assign]
             await eventually(lambda: fake.streams, "a stream")
             await eventually(lambda: w.session.connected, "the welcome")
-            groups = 5
             for g in range(groups):
                 push = make_push(f"run-1:add/r0:g{g + 1}", subjects=("s1", "s2", "s3"))
                 fake.send(Frame(assignment=push))
                 await eventually(lambda g=g: w.session.groups_finished == g + 1, f"group {g + 1} finished")
-            assert len(fake.reports) == 3 * groups and fake.group_finished() == []
-            assert reads["empty"] <= 3 * groups + 1, reads
+            depth = w.state.depth
             assert await w.drain() is Ended.DRAINED
+            return fake, depth
 
-    asyncio.run(go())
+    fake, depth = asyncio.run(go())
+    return fake, pages, depth
+
+
+def test_the_pump_reads_the_outbox_when_a_report_is_put_not_at_every_ack(tmp_path: Path) -> None:
+    """The pump's only new work is a put: acks, settles and finished groups (which wake the
+    finisher) do not make it read the outbox again. Counted: reads that find nothing new are
+    at most one per put, plus the one at connect."""
+    groups = 5
+    fake, pages, _ = _groups_through_the_pump(tmp_path, groups)
+    assert len(fake.reports) == 3 * groups and fake.group_finished() == []
+    assert sum(1 for page in pages if not page) <= 3 * groups + 1, pages
 
 
 def test_the_pump_delivers_reports_put_on_its_stream_without_reading_them_back(tmp_path: Path) -> None:
     """A report the outbox wrote while the stream was open goes to the pump as the put
     returned it: the pump's reads find no entry (issue 26: the read-back was 4% of a W1
     worker's loop), and every report is still delivered, and once."""
-    async def go() -> None:
-        fake = FakeCoordinator()
-        fake.protocol_version = 5
-        ex = FakeExecutor(files=False)
-        async with serving(fake) as port:
-            config = make_config(tmp_path, port)
-            w = Worker(config, ex)
-            found: list[int] = []
-            pending = w.state.pending
-
-            def counted(**kw: Any) -> list:
-                page = pending(**kw)
-                found.extend(e.seq for e in page)
-                return page
-
-            w.state.pending = counted  # type: ignore[method-assign]
-            await eventually(lambda: fake.streams, "a stream")
-            await eventually(lambda: w.session.connected, "the welcome")
-            groups = 4
-            for g in range(groups):
-                push = make_push(f"run-1:add/r0:g{g + 1}", subjects=("s1", "s2", "s3"))
-                fake.send(Frame(assignment=push))
-                await eventually(lambda g=g: w.session.groups_finished == g + 1, f"group {g + 1} finished")
-            assert len(fake.reports) == 3 * groups
-            assert set(fake.report_sends.values()) == {1}, fake.report_sends
-            assert found == [], found
-            assert w.state.depth == 0
-            assert await w.drain() is Ended.DRAINED
-
-    asyncio.run(go())
+    groups = 4
+    fake, pages, depth = _groups_through_the_pump(tmp_path, groups)
+    assert len(fake.reports) == 3 * groups
+    assert set(fake.report_sends.values()) == {1}, fake.report_sends
+    assert [seq for page in pages for seq in page] == [], pages
+    assert depth == 0
 
 
 def test_protocol_5_still_sends_group_finished_when_a_cell_was_not_counted(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ def test_the_fold_bench_prints_its_figures_and_leaves_no_store(capsys, tmp_path:
     assert out["cells"] == 300
     assert out["decode_s"] is None
     for key in ("recovery_s", "summarize_s", "results_pages_s", "attempts_pages_s", "run_page_actor_s",
-                "run_page_off_actor_s"):
+                "run_page_off_actor_s", "snapshot_process_peak_mb"):
         assert out[key] > 0, key
     assert out["rss_after_recovery_mb"] > 0
     assert list(tmp_path.iterdir()) == []  # the generated store is gone

@@ -8,7 +8,9 @@ one in --store, then prints as JSON, each the median of R: the snapshot's decode
 recovery (the decode and the tail's replay), this process's RSS after recovery, one summary of
 the run (`summarize`), every GetResults page of it (`views.results_page`, 5,000 cells a page),
 every ListAttempts page (`views.attempts_page`, 5,000 attempts a page) and every part of the
-console's run page (`views.run_part` on the actor, `views.part_cells` off it). Run it from two
+console's run page (`views.run_part` on the actor, `views.part_cells` off it); then, once, the
+peak RSS of the real snapshot process (`coordinator.snapshotter`: the store folded to its last
+index and encoded, its output to /dev/null), which holds a second state. Run it from two
 trees, each generating its own store, to compare what a change does to the state's size and to
 the walks that read it (docs/benchmarks.md, issue 26, stops 41 and 42).
 """
@@ -21,6 +23,7 @@ import logging
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,11 +37,28 @@ from coordinator.snapshot import decode_state, no_gc
 from coordinator.store import Store
 from coordinator.views import RUN_PART_CELLS_MAX, attempts_page, part_cells, results_page, run_part
 from tools.bench import scale
+from tools.bench.harness import child_env
 
 
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def snapshot_process_peak_mb(path: Path, index: int) -> float:
+    """The snapshot process's peak RSS for `index`: `python -m coordinator.snapshotter`, started
+    as the actor starts it (its fd 3 the output, here /dev/null), waited for with its rusage."""
+    out = os.open(os.devnull, os.O_WRONLY)
+    try:
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "coordinator.snapshotter", str(path), str(index),
+                                              str(os.getpid())], child_env(),
+                             file_actions=[(os.POSIX_SPAWN_DUP2, out, 3)])
+    finally:
+        os.close(out)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"the snapshot process exited with {os.waitstatus_to_exitcode(status)}")
+    return usage.ru_maxrss / 1024  # KiB on Linux
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         del rec
         gc.collect()
         t = time.perf_counter()
-        state, _ = recover(store)
+        state, index = recover(store)
         recovery.append(time.perf_counter() - t)
         rss = rss_mb()
         run_id = next(iter(state.runs))
@@ -107,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         del state
         gc.unfreeze()
         gc.collect()
+    child_peak = snapshot_process_peak_mb(path, index)
     store.close()
     if scratch is not None:
         shutil.rmtree(scratch)
@@ -116,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                       "results_pages_s": round(statistics.median(results), 3),
                       "attempts_pages_s": round(statistics.median(listed), 3),
                       "run_page_actor_s": round(statistics.median(on_actor), 3),
-                      "run_page_off_actor_s": round(statistics.median(off_actor), 3)}))
+                      "run_page_off_actor_s": round(statistics.median(off_actor), 3),
+                      "snapshot_process_peak_mb": round(child_peak)}))
     return 0
 
 

@@ -206,9 +206,11 @@ def fleet_run(coord: Coordinator, workers: dict[str, Worker], ds: list[float], l
     schedule_ms = max(a.finished_ms for a in attempts if a.finished_ms) - min(a.dispatched_ms for a in attempts)
     first_start_ms = min(a.started_ms for a in attempts if a.started_ms) - submitted_ms
     parts = refill_parts_ms(attempts)
+    spans, ends = group_spans_ms(attempts, ds)
     out = {"run_id": run_id, "makespan_s": makespan, "schedule_s": schedule_ms / 1000, "lost": lost,
            "duplicated": duplicated, "first_start_ms": first_start_ms, "refill_gaps_ms": [g for g, _ in parts],
-           "refill_dispatch_to_start_ms": [d for _, d in parts],
+           "refill_dispatch_to_start_ms": [d for _, d in parts], "group_span_over_ms": spans,
+           "last_end_spread_ms": max(ends.values()) - min(ends.values()) if len(ends) > 1 else 0,
            "attempts": len(attempts), "order_from": status.order_from, "late_reports": res.summary.late_reports}
     if killed:
         out.update(killed=killed, killed_at_s=round(killed_at, 2))
@@ -238,6 +240,22 @@ def refill_parts_ms(attempts: Any) -> list[tuple[int, int]]:
             if before:
                 parts.append((start - max(before), start - dispatched))
     return parts
+
+
+def group_spans_ms(attempts: Any, ds: list[float]) -> tuple[list[float], dict[str, int]]:
+    """Each finished group's span (its first cell's start to its last cell's end, the workers'
+    clock) less the duration its cells sleep, and each worker's last cell end: what a group
+    costs beyond its work, and how evenly the slots' work ended."""
+    groups: dict[str, list[Any]] = {}
+    for a in attempts:
+        if a.started_ms and a.finished_ms:
+            groups.setdefault(a.assignment_id, []).append(a)
+    spans, ends = [], {}
+    for cells in groups.values():
+        end = max(a.finished_ms for a in cells)
+        spans.append(end - min(a.started_ms for a in cells) - 1000 * ds[int(cells[0].task_id[1:])])
+        ends[cells[0].worker_id] = max(ends.get(cells[0].worker_id, 0), end)
+    return spans, ends
 
 
 def busiest_fleet_worker(coord: Coordinator, run_id: str, ds: list[float], workers: dict[str, Worker]) -> str:
@@ -502,6 +520,14 @@ def main(argv: list[str] | None = None) -> int:
             fig["fleet_refill_dispatch_to_start_ms_p50"] = d2s[len(d2s) // 2]
             say(f"    of it, the group's dispatch -> its first cell's start: p50 {d2s[len(d2s) // 2]} ms, "
                 f"p90 {d2s[int(len(d2s) * 0.9)]} ms, max {d2s[-1]} ms")
+        spans = sorted(x for r in plain for x in r["group_span_over_ms"])
+        spreads = [r["last_end_spread_ms"] for r in fleet["runs"].get("ordered", [])]
+        if spans:
+            fig["fleet_group_span_over_ms_p50"] = spans[len(spans) // 2]
+            say(f"    a group's span over its cells' sleep (start and end stamped to the ms): p50 "
+                f"{spans[len(spans) // 2]:.1f} ms, p90 {spans[int(len(spans) * 0.9)]:.1f} ms"
+                + (f"; ordered runs: the workers' last cells end within {statistics.median(spreads):.0f} ms "
+                   "of each other (median)" if spreads else ""))
     c = fleet["cpu_s_per_1000_cells"]
     say(f"  fleet CPU seconds per 1,000 cells: coordinator {c['coordinator']:.2f}, workers {c['workers']:.2f} "
         "(the machine is shared)")

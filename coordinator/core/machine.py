@@ -625,6 +625,8 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
                f"not selectable ({report.status.name})")
         fx.append(Emit("late_report", run.run_id, cmd.attempt_id, f"offered after a restore, kept as evidence: {why}"))
         return LATE
+    if run.pin is None:  # the pin was lost with the log's tail: the adopted result's worker fixes it,
+        _pin(state, run, worker, cmd.now_ms, fx)  # as a first dispatch would (a result needs a pin)
     _select(state, run, cell, cmd.attempt_id, cmd.now_ms, fx,
             f"score {report.score}; recovered from worker {worker.worker_id} after a restore")
     if group.status == GroupStatus.WAITING and not _pending_cells(run, group):

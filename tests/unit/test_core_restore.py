@@ -214,3 +214,29 @@ def test_two_restores_of_one_backup_never_issue_the_same_id():
     assert attempt_id_for(k.run_id, "t/r0/s", 1, "x9") == f"{k.run_id}:t/r0/s:ex9:a1"
     assert cell_of_attempt(k.run_id, f"{k.run_id}:t/r0/s:ex9:a1") == "t/r0/s"
     assert cell_of_attempt(k.run_id, f"{k.run_id}:t/r0/s:a12") == "t/r0/s"
+
+
+def test_a_result_offered_for_a_run_the_backup_never_pinned_pins_it_to_the_offering_worker():
+    """A backup taken before the run's first dispatch holds no pin: the adopted result's worker
+    fixes it, as that dispatch did (found by `python -m tools.sim --seed 2014 --check --providers
+    --faults stall,restore`: a selected result with no pin)."""
+    k = Core(make_spec(tasks=TASKS, subjects=1), make_policy())
+    backup = list(k.log)  # the submit alone
+    k.register("w1", slots=2)
+    after: list[c.ResultOffered] = []
+    for aid in k.held("w1"):
+        after.extend(_finish(k, aid))
+    r = _restored(k, backup)
+    assert r.run.pin is None and r.run.selected_cells == 0
+    r.register("w1", slots=2, incarnation=1)
+    t = _offer(r, after[0])
+    assert t.outcome == ACCEPTED, t.outcome
+    assert r.run.selected_cells == 1
+    assert r.run.pin is not None and r.run.pin == r.state.workers["w1"].fits[r.run_id].components
+    assert r.run.pinned_by == "w1"
+    assert any(e.event == "run_pinned" for e in t.effects if hasattr(e, "event"))
+    for o in after[1:]:
+        assert _offer(r, o).outcome == ACCEPTED
+    _complete(r)
+    assert r.run.settled and r.run.selected_cells == TASKS
+    r.assert_replays()

@@ -53,9 +53,7 @@ def check(state: State) -> list[str]:
     for wid, w in state.workers.items():
         if wid not in per_worker and w.assignments:
             bad.append(f"worker {wid} lists assignments it does not hold")
-        free = (w.status == WorkerStatus.ACTIVE and not w.draining and not w.quarantined_until_ms
-                and not w.degraded and len(w.assignments) < w.slots)
-        if free != (wid in state.free_workers):
+        if w.free != (wid in state.free_workers):
             bad.append(f"worker {wid} free-list membership is wrong")
     active_slots = sum(w.slots for w in state.workers.values() if w.status == WorkerStatus.ACTIVE)
     if active_slots != state.slots_active:

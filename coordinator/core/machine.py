@@ -1376,8 +1376,7 @@ def _set_status(state: State, worker: WorkerState, status: WorkerStatus) -> None
 
 
 def _refresh_free(state: State, worker: WorkerState) -> None:
-    free = (worker.status == WorkerStatus.ACTIVE and not worker.draining and not worker.quarantined_until_ms
-            and not worker.degraded and len(worker.assignments) < worker.slots)
+    free = worker.free
     listed = worker.worker_id in state.free_workers
     if free and not listed:
         _free_add(state, worker)

@@ -203,6 +203,14 @@ class WorkerState:
     # Why it starts no new cell (its heartbeat said: its state dir's disk is full); it gets no work.
     degraded: str = ""
 
+    @property
+    def free(self) -> bool:
+        """Whether it belongs on the free list (`State.free_workers`): active, not draining, not
+        quarantined, not degraded, with a slot open. The one definition the core and both
+        invariant checkers use."""
+        return (self.status == WorkerStatus.ACTIVE and not self.draining and not self.quarantined_until_ms
+                and not self.degraded and len(self.assignments) < self.slots)
+
 
 @dataclass(slots=True)
 class RunState:

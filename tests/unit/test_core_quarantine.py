@@ -191,3 +191,27 @@ def test_a_worker_whose_disk_is_full_gets_no_work_until_its_heartbeat_says_it_ha
     # The same word twice decides nothing.
     assert durable_types(k.apply(c.HeartbeatReceived(k.now, WorkerId("full"), tuple(k.held("full")), ""))) == []
     k.assert_replays()
+
+
+def test_a_quarantined_worker_with_a_slot_open_is_off_the_free_list_by_every_checker():
+    """The simulation's incremental monitor had its own idea of "free" without quarantine and
+    degradation, and failed the million-cell scale run (`python -m tools.sim --scale --seed 42
+    --check`: "worker w5245 free-list membership is wrong") where the core was right."""
+    from coordinator.core.invariants import check
+    from tools.sim.invariants import IncrementalMonitor
+
+    k = black_hole_beside_a_healthy_worker()
+    for a in held_by(k, "bad"):
+        k.report_all(a.assignment_id, FAILED)
+    bad = k.worker("bad")
+    assert bad.quarantined_until_ms and len(bad.assignments) < bad.slots
+    assert not bad.free and "bad" not in k.state.free_workers
+    problems: list[str] = []
+    IncrementalMonitor()._worker(k.state, "bad", problems)
+    assert problems == []
+    assert check(k.state) == []
+    bad.degraded = "disk full"
+    bad.quarantined_until_ms = 0
+    assert not bad.free
+    IncrementalMonitor()._worker(k.state, "bad", problems)
+    assert problems == []

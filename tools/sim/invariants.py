@@ -230,7 +230,7 @@ class IncrementalMonitor:
             a = state.assignments.get(aid)
             if a is None or not a.authoritative or a.worker_id != wid:
                 bad.append(f"worker {wid} lists assignments it does not hold")
-        free = w.status == WorkerStatus.ACTIVE and not w.draining and n < w.slots
+        free = w.free  # quarantined and degraded workers are off the list too (the checker had missed both)
         if free != (wid in state.free_workers):
             bad.append(f"worker {wid} free-list membership is wrong")
         slots = w.slots if w.status == WorkerStatus.ACTIVE else 0

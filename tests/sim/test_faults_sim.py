@@ -75,3 +75,22 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     with_faults = simulation.run_seed(9, False, faults=BOTH)
     assert with_faults["faults"] == plain["faults"]
     assert with_faults["extra_faults"]["names"] == list(BOTH)
+
+
+@pytest.mark.parametrize("seed, kw", [
+    # The restore's adoption selected a result of a run the backup never pinned (core fix).
+    (2014, {"providers": True, "faults": ("stall", "restore")}),
+    # The simulated operator's recover came before its pause, delayed by a restore (script fix).
+    (1034, {"faults": ("stall", "blackhole", "restore")}),
+])
+def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
+    """Stop 44's wider sweep (docs/benchmarks.md) failed these; each mend is kept by its seed."""
+    report = simulation.run_seed(seed, True, **kw)
+    assert report["summary"]["state"] == "complete", report["summary"]
+
+
+def test_the_provider_check_compares_results_not_placement() -> None:
+    """Seed 4070: a quarantine forgave an attempt in the run without providers only, because
+    another worker ran it there; both runs selected the same attempt."""
+    out = simulation.run_provider_check(4070)
+    assert out["ended"].get("selected", 0) > 0

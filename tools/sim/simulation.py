@@ -1565,17 +1565,18 @@ def run_order_check(seed: int) -> dict:
 
 def provider_view(sim: Simulation) -> dict:
     """Per cell what can be compared between a run with providers and one without: its counted
-    attempts (all, less the throttled and the forgiven), the counted number of its selected attempt, and that
+    attempts (all, less the throttled and the forgiven), its tried attempts (all, less the
+    throttled), the number of its selected attempt among those tried, and that
     attempt's status and score, and how it ended (selected, or the summary's incomplete reason)."""
     run = sim.state.runs[sim.run_id]
     reasons = {i.cell_id: i.reason for i in summarize(sim.state, sim.run_id).incomplete}
     cells = {}
     for cid, cell in run.cells.items():
-        counted = [t for t in cell.attempts
-                   if not ((r := sim.state.attempts[t].report) and r.throttled)]
+        tried = [t for t in cell.attempts  # not throttled; forgiven ones included
+                 if not ((r := sim.state.attempts[t].report) and r.throttled)]
         report = sim.state.attempts[cell.selected].report if cell.selected else None
-        cells[cid] = {"counted": counted_attempts(cell), "tried": len(counted), "throttled": cell.throttled,
-                      "selected": counted.index(cell.selected) + 1 if cell.selected else None,
+        cells[cid] = {"counted": counted_attempts(cell), "tried": len(tried), "throttled": cell.throttled,
+                      "selected": tried.index(cell.selected) + 1 if cell.selected else None,
                       "status": report.status.name if report else None, "score": report.score if report else None,
                       "ended": "selected" if cell.selected else reasons.get(cid, "?")}
     return cells

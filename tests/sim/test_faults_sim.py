@@ -82,6 +82,9 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     (2014, {"providers": True, "faults": ("stall", "restore")}),
     # The simulated operator's recover came before its pause, delayed by a restore (script fix).
     (1034, {"faults": ("stall", "blackhole", "restore")}),
+    # A result offered after a restore follows, in its cell's list, a throttled attempt the
+    # restored state dispatched since; the retry-after check took it for a dispatch (checker fix).
+    (2087, {"providers": True, "faults": ("stall", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stop 44's wider sweep (docs/benchmarks.md) failed these; each mend is kept by its seed."""

@@ -380,7 +380,8 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
       attempts (all, less the throttled and the forgiven) stay within maxAttemptsPerCell and its throttled ones
       within maxThrottledAttemptsPerCell;
     - an attempt that follows a throttled one of its cell was dispatched no sooner than that
-      report's time plus its retry-after.
+      report's time plus its retry-after (a recovered one, issued before a restore and offered
+      after it, was not dispatched by this state at all).
     """
     bad: list[str] = []
     walk = running_by_provider(state)
@@ -392,7 +393,9 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
             name = run.subject_providers[run.groups[cell.group_index].cells.index(t.cell_id)]
             started[name] = started.get(name, 0) + 1
         i = cell.attempts.index(t.attempt_id)
-        if i:
+        # A recovered attempt was issued before a restore and only offered now: its place in the
+        # cell's list is its offer's, after attempts the restored state dispatched since.
+        if i and not t.recovered:
             before = state.attempts[cell.attempts[i - 1]]
             if (report := before.report) is not None and report.throttled and not before.late:
                 ready_ms = before.reported_ms + _retry_after_ms(report)

@@ -556,6 +556,15 @@ def _restore_worker_back(state: State, now: int) -> None:
         state.restore_hold_until_ms = min(state.restore_hold_until_ms, now + limits.RESTORE_OFFER_WINDOW_MS)
 
 
+ISSUED_BEFORE_RESTORE = "issued before a restore"  # the reason of an assignment known only from offers
+
+
+def _offered_only(state: State, attempt_id: AttemptId) -> bool:
+    """Whether the restored state knows this attempt only from a worker's offer (issued after
+    the backup): its cell forgave it when it was offered, so it is never given back again."""
+    return state.assignments[state.attempts[attempt_id].assignment_id].ended_reason == ISSUED_BEFORE_RESTORE
+
+
 def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
     attempt = state.attempts.get(cmd.attempt_id)
     if attempt is not None and (attempt.reported or state.assignments[attempt.assignment_id].authoritative):
@@ -599,7 +608,7 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
             state.assignments[cmd.assignment_id] = AssignmentState(
                 cmd.assignment_id, run.run_id, group.index, cmd.generation, worker.worker_id, (cmd.attempt_id,),
                 report.started_ms or cmd.now_ms, 0, authoritative=False, ended_ms=cmd.now_ms,
-                ended_reason="issued before a restore")
+                ended_reason=ISSUED_BEFORE_RESTORE)
         else:
             known.attempts += (cmd.attempt_id,)
         if not cell.attempts and (counts := state.soft.cell_counts.get(run.run_id)) is not None:
@@ -618,6 +627,10 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
     state.version += 1
     if report.cost_usd is not None:
         run.observed_cost_usd += report.cost_usd
+    if _serves(run, worker):  # the worker's streak, lost with the log's tail, is rebuilt from its
+        # offers (they come in the order it finished them): a black hole caught before the restore
+        # is caught again, and the failures it burned are given back with its quarantine.
+        _streak(state, worker, cmd.attempt_id, cell, report, is_selectable(report), cmd.now_ms)
     if not adopt:
         run.late_reports += 1
         why = ("the cell has a selected result" if cell.selected is not None else
@@ -803,7 +816,8 @@ def _streak(state: State, worker: WorkerState, tid, cell: CellState, report, sel
     if worker.quarantined_until_ms:
         # A group it held when quarantined: known broken, given back at once where the subject
         # has succeeded elsewhere (a subject that fails everywhere is the run's problem).
-        if state.runs[state.attempts[tid].run_id].subject_selected_ms.get(cell.subject_id, -1) >= 0:
+        if (state.runs[state.attempts[tid].run_id].subject_selected_ms.get(cell.subject_id, -1) >= 0
+                and not _offered_only(state, tid)):
             cell.forgiven += 1
         return
     if not worker.streak:
@@ -903,7 +917,8 @@ def _worker_quarantined(state: State, cmd: c.WorkerQuarantined, fx: Fx) -> Outco
 
 def _forgive(state: State, streak: list, now: int) -> int:
     """The streak's attempts no longer count against their cells; a group they had settled
-    waits again."""
+    waits again. One known only from a restore's offers was forgiven when offered."""
+    streak = [tid for tid in streak if not _offered_only(state, tid)]
     for tid in streak:
         attempt = state.attempts[tid]
         run = state.runs[attempt.run_id]

@@ -85,6 +85,8 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # A result offered after a restore follows, in its cell's list, a throttled attempt the
     # restored state dispatched since; the retry-after check took it for a dispatch (checker fix).
     (2087, {"providers": True, "faults": ("stall", "restore")}),
+    # A restore lost the black hole's streak; its offered failures now rebuild it (core fix).
+    (1157, {"faults": ("stall", "blackhole", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stop 44's wider sweep (docs/benchmarks.md) failed these; each mend is kept by its seed."""

@@ -240,3 +240,55 @@ def test_a_result_offered_for_a_run_the_backup_never_pinned_pins_it_to_the_offer
     _complete(r)
     assert r.run.settled and r.run.selected_cells == TASKS
     r.assert_replays()
+
+
+def test_a_restore_rebuilds_a_broken_workers_streak_from_its_offers_and_gives_each_attempt_back_once():
+    """A black hole's streak lives in the log's tail: a restore loses it with the reports. The
+    worker offers its failures back in the order it had them, they rebuild the streak, and the
+    next tick after another worker succeeds quarantines it again. Its attempt that the backup
+    holds (counted as lost at its return) is given back; the ones known only from the offers,
+    forgiven when offered, are not given back twice (found by `python -m tools.sim --seed 1157
+    --check --faults stall,blackhole,restore`: a cell exhausted by the black hole)."""
+    from tests.unit.test_core_quarantine import BOUND, FAILED
+
+    k = Core(make_spec(tasks=12, subjects=1), make_policy(quarantine_after_failures=BOUND,
+                                                          quarantine_backoff_ms=5_000, max_attempts_per_cell=3))
+    held = lambda core, wid: [a.assignment_id for a in core.state.assignments.values()  # noqa: E731
+                              if a.authoritative and a.worker_id == wid]
+    k.register("good", slots=1)
+    for aid in held(k, "good"):
+        k.report_all(aid, OK)
+    k.register("bad", slots=1)
+    backup = list(k.log)  # bad holds one group: that attempt is in the backup, its report is not
+    in_backup = k.attempts_of(held(k, "bad")[0])[0]
+    offers: list[c.ResultOffered] = []
+    while len(k.worker("bad").streak) < BOUND:
+        [aid] = held(k, "bad")
+        k.report_all(aid, FAILED)
+        offers.extend(_kept(k, aid))
+    assert [o.attempt_id for o in offers] == k.worker("bad").streak and offers[0].attempt_id == in_backup
+
+    r = _restored(k, backup)
+    assert r.worker("bad").streak == []
+    r.register("good", slots=1, incarnation=1)
+    r.register("bad", slots=1, incarnation=1)
+    for o in offers:
+        assert _offer(r, o).outcome == LATE
+    assert r.worker("bad").streak == [o.attempt_id for o in offers]
+    cells = {r.cell(cell_of_attempt(r.run_id, o.attempt_id)).cell_id: r.cell(cell_of_attempt(r.run_id, o.attempt_id))
+             for o in offers}
+    # Before the quarantine only the backup's attempt counts: the offered-only ones were forgiven.
+    assert sum(len(cell.attempts) - cell.forgiven for cell in cells.values()) == 1
+    quarantined = []
+    for _ in range(20):  # the offer window, then good runs a group and succeeds
+        t = _tick(r, limits.RESTORE_OFFER_WINDOW_MS)
+        quarantined += [d for d in t.durable if isinstance(d, c.WorkerQuarantined)]
+        if quarantined:
+            break
+        for aid in held(r, "good"):
+            r.report_all(aid, OK)
+    assert [q.worker_id for q in quarantined] == ["bad"], "the rebuilt streak did not quarantine the black hole"
+    for cell in cells.values():  # each of bad's failures given back, and only once
+        offered = [o.attempt_id for o in offers if o.attempt_id in cell.attempts]
+        assert cell.forgiven == len(offered), (cell.cell_id, cell.attempts, cell.forgiven)
+    r.assert_replays()

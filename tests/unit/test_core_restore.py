@@ -292,3 +292,37 @@ def test_a_restore_rebuilds_a_broken_workers_streak_from_its_offers_and_gives_ea
         offered = [o.attempt_id for o in offers if o.attempt_id in cell.attempts]
         assert cell.forgiven == len(offered), (cell.cell_id, cell.attempts, cell.forgiven)
     r.assert_replays()
+
+
+def test_a_failure_offered_by_a_quarantined_worker_is_given_back_once():
+    """The backup holds the black hole quarantined; after it, a probe failed (that attempt is in
+    the log's tail). Offered to the restored core while the worker is still quarantined there,
+    the failure is forgiven as an offer, and not a second time as a quarantined worker's."""
+    from coordinator.core.state import counted_attempts
+    from tests.unit.test_core_quarantine import FAILED, black_hole_beside_a_healthy_worker, held_by
+    from tests.unit.core_helpers import HEARTBEAT_MS
+
+    k = black_hole_beside_a_healthy_worker(tasks=40)
+    first = k.worker("bad").quarantined_until_ms
+    assert first
+    for held in held_by(k, "bad"):  # the group it claimed before the quarantine fails too
+        k.report_all(held.assignment_id, FAILED)
+    backup = list(k.log)
+    k.clock(first, alive=("good", "bad"))
+    while not held_by(k, "bad"):  # the good worker may have taken the ready group first
+        k.report_all(held_by(k, "good")[0].assignment_id, OK)
+    [a] = held_by(k, "bad")
+    k.report_all(a.assignment_id, FAILED)
+    [offer] = _kept(k, a.assignment_id)
+    k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
+    assert k.worker("bad").quarantined_until_ms > first, "the probe's failure did not quarantine it again"
+
+    r = _restored(k, backup)
+    assert r.worker("bad").quarantined_until_ms == first  # not yet probed in the restored core
+    r.register("bad", slots=1, incarnation=1)
+    cell = r.cell(cell_of_attempt(r.run_id, offer.attempt_id))
+    counted, forgiven = counted_attempts(cell), cell.forgiven
+    assert _offer(r, offer).outcome == LATE
+    assert offer.attempt_id in cell.attempts and len(cell.attempts) > 1
+    assert cell.forgiven == forgiven + 1 and counted_attempts(cell) == counted, (cell.forgiven, forgiven)
+    r.assert_replays()

@@ -143,7 +143,8 @@ class Monitor:
             if len(pins) > 1 or (pins and pins != {repr(run.pin)}):
                 bad.append(f"run {run.run_id} selected results dispatched under {len(pins)} environments")
             self.last_pin[run.run_id] = run.pin
-        bad.extend(dispatch_problems(state, new_attempts))
+        # An attempt a restore rebuilt from a worker's offer started nothing: not a dispatch.
+        bad.extend(dispatch_problems(state, [t for t in new_attempts if not t.recovered]))
         return bad
 
     def _pin_released_after(self, state: State, attempt: AttemptState, components: object) -> bool:

@@ -202,3 +202,18 @@ def test_throttled_cost_is_observed_cost():
     [a] = held(k)
     k.report_all(a.assignment_id, throttled(cost_usd=0.004))
     assert abs(k.run.observed_cost_usd - 0.004) < 1e-12
+
+
+def test_the_dispatch_check_flags_cells_dispatched_beside_others_over_the_limit():
+    """The core's `dispatch_problems` (run after every step by the harness's Monitor) has
+    teeth: cells dispatched beside others over the limit are flagged; a group alone over it is
+    not (nothing else ran against it). That an attempt rebuilt from a restore's offer is no
+    dispatch is kept by seed 2360 in tests/sim/test_faults_sim.py."""
+    from coordinator.core.invariants import dispatch_problems
+
+    k = core(tasks=6, limit=2)  # groups of 3 cells: one group alone, over the limit
+    [first] = held(k)
+    alone = [k.attempt(t) for t in first.attempts]
+    assert running(k) == 3 and dispatch_problems(k.state, alone) == []
+    k.state.providers["fake"].running = 6  # as if it had been dispatched beside another group
+    assert dispatch_problems(k.state, alone) == ["provider fake runs 6 cells over its effective limit 2"]

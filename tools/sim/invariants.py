@@ -380,8 +380,10 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
       attempts (all, less the throttled and the forgiven) stay within maxAttemptsPerCell and its throttled ones
       within maxThrottledAttemptsPerCell;
     - an attempt that follows a throttled one of its cell was dispatched no sooner than that
-      report's time plus its retry-after (a recovered one, issued before a restore and offered
-      after it, was not dispatched by this state at all).
+      report's time plus its retry-after.
+
+    An attempt a restore rebuilt from a worker's offer (issued before the restore) is no dispatch
+    of this step: it is left out of the first and the last.
     """
     bad: list[str] = []
     walk = running_by_provider(state)
@@ -389,13 +391,13 @@ def provider_step_problems(state: State, new_attempts: list[AttemptState]) -> li
     for t in new_attempts:
         run = state.runs[t.run_id]
         cell = run.cells[t.cell_id]
+        if t.recovered:  # issued before a restore, only offered now: it started nothing, and its
+            continue     # place in the cell's list is its offer's, after attempts dispatched since
         if run.subject_providers:
             name = run.subject_providers[run.groups[cell.group_index].cells.index(t.cell_id)]
             started[name] = started.get(name, 0) + 1
         i = cell.attempts.index(t.attempt_id)
-        # A recovered attempt was issued before a restore and only offered now: its place in the
-        # cell's list is its offer's, after attempts the restored state dispatched since.
-        if i and not t.recovered:
+        if i:
             before = state.attempts[cell.attempts[i - 1]]
             if (report := before.report) is not None and report.throttled and not before.late:
                 ready_ms = before.reported_ms + _retry_after_ms(report)

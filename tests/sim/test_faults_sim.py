@@ -90,6 +90,9 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     (2360, {"providers": True, "faults": ("stall", "restore")}),
     # A restore lost the black hole's streak; its offered failures now rebuild it (core fix).
     (1157, {"faults": ("stall", "blackhole", "restore")}),
+    # A black hole whose 32 failures fell in 1.4 s with no other worker's cell done: no tick
+    # found its streak due, so the rule gives none back (checker fix).
+    (6953, {"faults": ("stall", "blackhole", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stops 44 and 45 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""

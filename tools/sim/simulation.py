@@ -37,6 +37,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from common import limits
 from common.limits import IDLE_HEARTBEAT_INTERVAL_MS, SERVER_KEEPALIVE_TIMEOUT_MS, TRANSPORT_DEAD_AFTER_MS
 from common.evidence import (ArtifactRef, Cleanup, Execution, Report, Status, Usage, Verification, expected_status,
                              is_selectable)
@@ -383,6 +384,16 @@ class Simulation:
         self.blackhole_wid = (list(self.workers)[self.extra.blackhole] if self.extra.blackhole >= 0 else None)
         self.blackhole_attempts: dict[str, None] = {}  # attempts the black hole failed
         self.blackhole_first_ms = -1  # when the core first accepted one of them
+        # The black hole's failures accepted since its last selectable report (a streak, as the
+        # core counts one); whether a tick found it due (`blackhole_due_at_tick`); when another
+        # worker last had a selectable report of each subject accepted; and the failures of
+        # streaks that ended without being due: no rule gives those back, so they count against
+        # their cells (`blackhole_problems`).
+        self.blackhole_streak: list[str] = []
+        self.blackhole_streak_ms = 0
+        self.blackhole_streak_due = False
+        self.other_subject_selectable_ms: dict[str, int] = {}
+        self.blackhole_never_due: set[str] = set()
         self.other_selectable_ms = -1  # the last selectable report another worker got accepted
         self.extra_stats = {"stalls": 0, "stall_ms": 0, "stall_frames": 0, "blackhole_failures": 0,
                             "quarantines": 0, "probes": 0, "forgiven": 0}
@@ -466,6 +477,8 @@ class Simulation:
                 raise SimFailure(self.seed, self.commands, self.now, f"{type(cmd).__name__}: {bad[0]}")
         if self.issued_before_restore and t.durable:
             self.restore_step_check()
+        if self.blackhole_streak and isinstance(cmd, c.ClockTicked):
+            self.blackhole_due_at_tick()
         if self.extra_names and (t.durable or t.effects):
             self.observe_extra(cmd, t)
         if self.check and isinstance(cmd, c.WorkerRegistered):
@@ -624,10 +637,18 @@ class Simulation:
                     attempt.cell_id].selected == attempt_id:
                 self.acked_selectable[attempt_id] = attempt.cell_id
             if self.blackhole_wid is not None and out.kind == OutcomeKind.ACCEPTED:
-                if attempt_id in self.blackhole_attempts and self.blackhole_first_ms < 0:
-                    self.blackhole_first_ms = self.now
+                if attempt_id in self.blackhole_attempts:
+                    if not self.blackhole_streak:
+                        self.blackhole_streak_ms = self.now
+                    self.blackhole_streak.append(attempt_id)
+                    if self.blackhole_first_ms < 0:
+                        self.blackhole_first_ms = self.now
+                elif wid == self.blackhole_wid and is_selectable(report):
+                    self.blackhole_streak_ended()
                 elif wid != self.blackhole_wid and is_selectable(report):
                     self.other_selectable_ms = self.now
+                    run = self.state.runs[attempt.run_id]
+                    self.other_subject_selectable_ms[run.cells[attempt.cell_id].subject_id] = self.now
             self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
         elif kind == "finished":
             out = self.apply(c.GroupFinished(self.now, wid, frame[1]))
@@ -1466,6 +1487,25 @@ class Simulation:
             if bad:
                 fail(bad[0])
 
+    def blackhole_due_at_tick(self) -> None:
+        """The core's rule, recounted for the black hole's streak at a tick: at the bound in
+        failures of subjects another worker has succeeded on since the streak began. With
+        quarantine off (a bound of 0) the default bound judges: the check then says what the
+        rule would have saved. A failure a restore lost, not offered back yet, is not counted."""
+        bound = self.policy.quarantine_after_failures or limits.QUARANTINE_AFTER_FAILURES_DEFAULT
+        if self.blackhole_streak_due or len(self.blackhole_streak) < bound:
+            return
+        run = self.state.runs[self.run_id]
+        since = self.other_subject_selectable_ms
+        own = sum(1 for tid in self.blackhole_streak if (t := self.state.attempts.get(tid)) is not None
+                  and since.get(run.cells[t.cell_id].subject_id, -1) >= self.blackhole_streak_ms)
+        self.blackhole_streak_due = own >= bound
+
+    def blackhole_streak_ended(self) -> None:
+        if not self.blackhole_streak_due:
+            self.blackhole_never_due.update(self.blackhole_streak)
+        self.blackhole_streak, self.blackhole_streak_due = [], False
+
     def blackhole_problems(self, summary: Any) -> list[str]:
         """No cell ends exhausted because of the black hole. Per cell that ended exhausted: its
         counted attempts (recounted: all, less the throttled reports, less the forgiven) reach
@@ -1473,9 +1513,14 @@ class Simulation:
         another worker had a selectable report accepted after the black hole's first failure
         (so a healthy worker was up and succeeding while it failed), its attempts that the
         black hole did not fail reach maxAttemptsPerCell on their own: otherwise the black
-        hole's failures, counted against it, are what exhausted it."""
+        hole's failures, counted against it, are what exhausted it. The failures of a streak of
+        the black hole's that no tick found due (at quarantineAfterFailures in failures of
+        subjects another worker succeeded on since it began) before it ended (a selectable
+        report of its own, or the run's end) count as the cell's own: no rule gives those back
+        (seed 6953: 32 failures in 1.4 s, no other worker's cell done in them)."""
         bad: list[str] = []
         run = self.state.runs[self.run_id]
+        self.blackhole_streak_ended()  # the run is over: so is the streak
         contradicted = 0 <= self.blackhole_first_ms <= self.other_selectable_ms
         for inc in summary.incomplete:
             if inc.reason != "exhausted":
@@ -1489,7 +1534,8 @@ class Simulation:
                 bad.append(f"cell {inc.cell_id} ended exhausted with {counted} counted attempts of {limit}: "
                            f"{cell.forgiven} given back would have let it run")
                 continue
-            burned = sum(1 for tid in cell.attempts if tid in self.blackhole_attempts)
+            burned = sum(1 for tid in cell.attempts
+                         if tid in self.blackhole_attempts and tid not in self.blackhole_never_due)
             own = len(cell.attempts) - throttled - burned
             if burned and contradicted and own < limit:
                 bad.append(f"cell {inc.cell_id} ended exhausted: {burned} of its {len(cell.attempts)} attempts failed "

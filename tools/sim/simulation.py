@@ -202,8 +202,8 @@ class Faults:
     def quiet(rng: random.Random) -> Faults:
         """Faults that lose no attempt to timing, so that which attempt of a cell is selected
         does not depend on when groups run: lost and late frames (not a welcome:
-        `send_to_worker`), a pause, and every kind of outcome (retries included). No process dies, nothing expires, and no frame arrives
-        twice (a repeated hello used to reconcile away a group pushed in between, a lost
+        `send_to_worker`), a pause, and every kind of outcome (retries included). No process
+        dies, nothing expires, and no frame arrives twice (a repeated hello used to reconcile away a group pushed in between, a lost
         attempt; the edge's check, `HelloStreams`, now refuses it, but the quiet draw is kept
         as it was so that its seeds stay comparable)."""
         f = Faults.draw(rng)
@@ -394,7 +394,6 @@ class Simulation:
         self.blackhole_streak_due = False
         self.other_subject_selectable_ms: dict[str, int] = {}
         self.blackhole_never_due: set[str] = set()
-        self.other_selectable_ms = -1  # the last selectable report another worker got accepted
         self.extra_stats = {"stalls": 0, "stall_ms": 0, "stall_frames": 0, "blackhole_failures": 0,
                             "quarantines": 0, "probes": 0, "forgiven": 0}
         # The restore: the log's length at the backup, every attempt id issued before the restore,
@@ -646,7 +645,6 @@ class Simulation:
                 elif wid == self.blackhole_wid and is_selectable(report):
                     self.blackhole_streak_ended()
                 elif wid != self.blackhole_wid and is_selectable(report):
-                    self.other_selectable_ms = self.now
                     run = self.state.runs[attempt.run_id]
                     self.other_subject_selectable_ms[run.cells[attempt.cell_id].subject_id] = self.now
             self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
@@ -1509,19 +1507,17 @@ class Simulation:
     def blackhole_problems(self, summary: Any) -> list[str]:
         """No cell ends exhausted because of the black hole. Per cell that ended exhausted: its
         counted attempts (recounted: all, less the throttled reports, less the forgiven) reach
-        maxAttemptsPerCell, or it had attempts given back that would have let it run; and, when
-        another worker had a selectable report accepted after the black hole's first failure
-        (so a healthy worker was up and succeeding while it failed), its attempts that the
-        black hole did not fail reach maxAttemptsPerCell on their own: otherwise the black
-        hole's failures, counted against it, are what exhausted it. The failures of a streak of
-        the black hole's that no tick found due (at quarantineAfterFailures in failures of
-        subjects another worker succeeded on since it began) before it ended (a selectable
-        report of its own, or the run's end) count as the cell's own: no rule gives those back
-        (seed 6953: 32 failures in 1.4 s, no other worker's cell done in them)."""
+        maxAttemptsPerCell, or it had attempts given back that would have let it run; and its
+        attempts that the black hole did not fail in a streak a tick found due (at
+        quarantineAfterFailures in failures of subjects another worker succeeded on since the
+        streak began: `blackhole_due_at_tick`) reach maxAttemptsPerCell on their own: otherwise
+        those failures, counted against it, are what exhausted it. A streak that ended (a
+        selectable report of its own, or the run's end) before any tick found it due is the
+        run's problem by the core's rule, and its failures count as the cell's own (seed 6953:
+        32 failures in 1.4 s, no other worker's cell done in them)."""
         bad: list[str] = []
         run = self.state.runs[self.run_id]
         self.blackhole_streak_ended()  # the run is over: so is the streak
-        contradicted = 0 <= self.blackhole_first_ms <= self.other_selectable_ms
         for inc in summary.incomplete:
             if inc.reason != "exhausted":
                 continue
@@ -1537,7 +1533,7 @@ class Simulation:
             burned = sum(1 for tid in cell.attempts
                          if tid in self.blackhole_attempts and tid not in self.blackhole_never_due)
             own = len(cell.attempts) - throttled - burned
-            if burned and contradicted and own < limit:
+            if burned and own < limit:  # burned: of streaks due, so another worker succeeded
                 bad.append(f"cell {inc.cell_id} ended exhausted: {burned} of its {len(cell.attempts)} attempts failed "
                            f"on black-hole worker {self.blackhole_wid} ({cell.forgiven} given back) while another "
                            f"worker succeeded; only {own} of its own")

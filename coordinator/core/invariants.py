@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.evidence import is_selectable
-from coordinator.core.state import AttemptState, GroupState, GroupStatus, State, WorkerStatus, counted_attempts
+from coordinator.core.state import (AssignmentState, AttemptState, GroupState, GroupStatus, State, WorkerStatus,
+                                    counted_attempts)
 from coordinator.core.summary import walk_cell_counts
 
 
@@ -43,6 +44,8 @@ def check(state: State) -> list[str]:
                 bad.append(f"{a.assignment_id} counts {a.unreported} unreported, has {unreported}")
             if a.generation != group.generation:
                 bad.append(f"{a.assignment_id} generation {a.generation} is not the group's {group.generation}")
+            if not runs_unanswered(state, a):
+                bad.append(f"{a.assignment_id} still runs, but every cell it runs has a selected result")
     bad.extend(provider_problems(state))
     for wid, n in per_worker.items():
         w = state.workers[wid]
@@ -101,6 +104,18 @@ def check(state: State) -> list[str]:
         if kept is not None and kept != walk_cell_counts(run):
             bad.append(f"run {run.run_id} keeps cell counts {kept}, a walk counts {walk_cell_counts(run)}")
     return bad
+
+
+def runs_unanswered(state: State, a: AssignmentState) -> bool:
+    """Whether an authoritative assignment runs a cell without a selected result: once offers
+    after a restore answer every cell it runs, it is revoked (machine.py `_revoke_if_answered`),
+    and nothing else selects a cell that an authoritative assignment runs."""
+    cells = state.runs[a.run_id].cells
+    for tid in a.attempts:
+        t = state.attempts[tid]
+        if not t.reported and cells[t.cell_id].selected is None:
+            return True
+    return False
 
 
 @dataclass

@@ -471,6 +471,8 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
     if assignment.unreported == 0:
         _release(state, assignment, cmd.now_ms, "completed", fx)
         _fill(state, cmd.now_ms, fx)
+    elif state.epoch and _revoke_if_answered(state, run, assignment, cmd.now_ms, fx):
+        return ACCEPTED  # only offers, after a restore, answer a cell an authoritative assignment runs
     elif run.subject_providers and state.providers[run.provider_by_subject[cell.subject_id]].effective:
         _fill(state, cmd.now_ms, fx)  # the cell's provider has room again for a waiting group
     return ACCEPTED
@@ -645,8 +647,28 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
     if group.status == GroupStatus.WAITING and not _pending_cells(run, group):
         _unqueue(run, group.index)
         _settle_or_wait(state, run, group, cmd.now_ms, fx)
+    elif group.status == GroupStatus.ASSIGNED:
+        _revoke_if_answered(state, run, state.assignments[group.assignment], cmd.now_ms, fx)
     _spend_check(state, run, fx)
     return ACCEPTED
+
+
+ANSWERED_BY_OFFERS = "every cell it still runs has a result offered after a restore"
+
+
+def _revoke_if_answered(state: State, run: RunState, assignment: AssignmentState, now: int, fx: Fx) -> bool:
+    """An offer adopted after the restore's hold can answer a cell that a new attempt is already
+    running (the group was dispatched again before the offer came). Once offers answer every cell
+    the assignment still runs (at the offer, or at the report of its last other cell), nothing it
+    can report would be selected: it is revoked, so that the worker stops paying for those
+    executions, its slot takes the next group, and a cell of it that failed is retried now."""
+    attempts, cells = state.attempts, run.cells  # an authoritative assignment runs one at least
+    if not all(attempts[t].reported or cells[attempts[t].cell_id].selected is not None for t in assignment.attempts):
+        return False
+    _release(state, assignment, now, ANSWERED_BY_OFFERS, fx)
+    fx.append(RevokeAssignment(assignment.worker_id, assignment.assignment_id, ANSWERED_BY_OFFERS))
+    _fill(state, now, fx)
+    return True
 
 
 def _unqueue(run: RunState, index: int) -> None:

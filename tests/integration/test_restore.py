@@ -30,6 +30,11 @@ def executions(log: Path) -> dict[str, list[str]]:
     return out
 
 
+def rerun(log: Path, acknowledged: dict[str, dict]) -> dict[str, str]:
+    """cell id -> its latest execution's attempt, for the cells of `acknowledged` executed again."""
+    return {c: a[-1] for c, a in executions(log).items() if c in acknowledged and a[-1] != acknowledged[c]["attempt_id"]}
+
+
 def selected(results: dict) -> dict[str, dict]:
     return {c["cell_id"]: c for c in results["cells"] if c["state"] == "selected"}
 
@@ -105,3 +110,70 @@ def test_a_restore_with_the_workers_running_on_executes_nothing_they_had_reporte
 
 def test_a_restore_with_the_workers_restarted_on_their_state_dirs_executes_nothing_again(tmp_path: Path) -> None:
     restore_mid_run(tmp_path, restart_workers=True)
+
+
+def test_a_group_run_again_before_its_kept_results_were_offered_is_stopped_by_them(tmp_path: Path) -> None:
+    """The worker that kept the lost results comes back only after the restore's hold: another
+    worker is already running those groups again. Their offers answer every cell it runs, so the
+    coordinator revokes those groups and the worker kills their processes: none of those second
+    executions finishes (the subject holds each one until the test lets go, and a revoke is the
+    only thing that ends one early)."""
+    log = tmp_path / "executions.log"
+    hold = Path(f"{log}.hold")
+    groups, backup_at, kill_at = 10, 1, 6
+    spec = intbench_spec(groups, subjects=("held",))
+    spec["subjects"][0]["args"].append(str(log))
+    live = Cluster(tmp_path / "live")
+    backup = tmp_path / "restored" / "coordinator"
+    backup.parent.mkdir()
+    restored = Cluster(tmp_path / "restored")
+    try:
+        live.start_coordinator()
+        live.start_worker("w1", slots=1)
+        run_id = live.submit(spec, FAST_POLICY)
+        wait_selected(live, run_id, backup_at)
+        out = subprocess.run([PY, "-m", "tools.fleetctl", "--coordinator", live.address, "--token-file",
+                              str(live.data_dir / "admin.token"), "backup", str(backup)], cwd=REPO, env=live.env(),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr + live.tails()
+        acknowledged = wait_selected(live, run_id, kill_at)
+        live.coordinator.kill9()
+        live.workers["w1"].kill9()  # away until the hold is over; its state dir keeps what it reported
+        assert len(acknowledged) < groups, "the kill must come mid-run"
+        hold.write_text("")  # from now on every execution waits until the test lets go
+
+        restored.address = live.address
+        restored.start_coordinator()
+        restored.start_worker("w2", slots=groups)
+        deadline = time.monotonic() + 60
+        while not (lost := rerun(log, acknowledged)):
+            assert time.monotonic() < deadline, "w2 never ran a lost result's cell again\n" + restored.tails()
+            time.sleep(0.1)
+        time.sleep(0.5)  # every group the hold's end dispatched has started
+        lost = rerun(log, acknowledged)
+
+        restored.workers["w1"] = live.start_worker("w1", slots=1, address=restored.address)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = selected(restored.results(run_id))
+            if all(now.get(c, {}).get("attempt_id") == acknowledged[c]["attempt_id"] for c in lost):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("w1's offers were not adopted\n" + restored.tails())
+        time.sleep(1.0)  # the revokes reach w2, which kills those executions
+        hold.unlink()  # the rest go on and finish
+
+        final = restored.wait_settled(run_id, timeout_s=120)
+        assert final["summary"]["state"] == "complete", restored.tails() + live.tails()
+        assert final["summary"]["selected"] == groups
+        done = {line.split()[2] for line in log.read_text().splitlines() if line.startswith("done ")}
+        finished = {c: a for c, a in lost.items() if a in done}
+        assert finished == {}, f"executions of cells the offers answered ran to the end: {finished}"
+        for c in lost:
+            assert selected(final)[c]["attempt_id"] == acknowledged[c]["attempt_id"], "the kept result is selected"
+        coordinator_log = restored.coordinator.log_path.read_text()
+        assert "every cell it still runs has a result offered after a restore" in coordinator_log
+    finally:
+        restored.stop_all()
+        live.stop_all()

@@ -78,7 +78,8 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
 
 
 @pytest.mark.parametrize("seed, kw", [
-    # The restore's adoption selected a result of a run the backup never pinned (core fix).
+    # The restore's adoption selected a result of a run the backup never pinned (core fix). Since
+    # stop 46 also: a report left its assignment running one cell an offer had answered (core fix).
     (2014, {"providers": True, "faults": ("stall", "restore")}),
     # The simulated operator's recover came before its pause, delayed by a restore (script fix).
     (1034, {"faults": ("stall", "blackhole", "restore")}),
@@ -86,7 +87,8 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # restored state dispatched since; the retry-after check took it for a dispatch (checker fix).
     (2087, {"providers": True, "faults": ("stall", "restore")}),
     # The same offer, adopted for a cell of a group that ran alone over its provider's limit:
-    # the core's Monitor counted it as a dispatch of the step (checker fix).
+    # the core's Monitor counted it as a dispatch of the step (checker fix); that group's new
+    # attempt ran on, to be paid for, until stop 46 revoked it (core fix).
     (2360, {"providers": True, "faults": ("stall", "restore")}),
     # A restore lost the black hole's streak; its offered failures now rebuild it (core fix).
     (1157, {"faults": ("stall", "blackhole", "restore")}),

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from common import limits
 from common.ids import attempt_id_for, cell_of_attempt
 from common.rejections import Rejection
 from coordinator.core import commands as c
-from coordinator.core.effects import ACCEPTED, DUPLICATE, LATE, OutcomeKind
+from coordinator.core.effects import ACCEPTED, DUPLICATE, LATE, OutcomeKind, RevokeAssignment
+from coordinator.core.machine import ANSWERED_BY_OFFERS
 from coordinator.core.invariants import Monitor
 from coordinator.core.state import GroupStatus, durable_fingerprint
 from tests.unit.core_helpers import OK, UNKNOWN, Core, make_policy, make_spec, pushes
@@ -325,4 +328,64 @@ def test_a_failure_offered_by_a_quarantined_worker_is_given_back_once():
     assert _offer(r, offer).outcome == LATE
     assert offer.attempt_id in cell.attempts and len(cell.attempts) > 1
     assert cell.forgiven == forgiven + 1 and counted_attempts(cell) == counted, (cell.forgiven, forgiven)
+    r.assert_replays()
+
+
+def _redispatched_before_the_offers(k: Core, backup: list, after: list[c.ResultOffered]) -> tuple[Core, dict]:
+    """`k` restored on `backup` with w1 (which kept `after`) not back yet: once the hold is over
+    (the recovery grace), w2 runs again the groups `after` answers. Returns the restored core and
+    each such cell's assignment on w2."""
+    r = _restored(k, backup)
+    r.register("w2", slots=1)
+    for _ in range(100):
+        if r.held("w2"):
+            break
+        _tick(r, 1000)
+    again = {r.attempt(t).cell_id: aid for aid in r.held("w2") for t in r.attempts_of(aid)}
+    assert again and set(again) <= {cell_of_attempt(r.run_id, o.attempt_id) for o in after}
+    return r, again
+
+
+@pytest.mark.parametrize("last", ["offer", "report"])
+def test_offers_that_answer_every_cell_a_new_attempt_runs_revoke_it_and_refill_its_slot(last):
+    """Found in stop 45's seed 2360 (`python -m tools.sim --seed 2360 --check --providers --faults
+    stall,restore`): an offer adopted after the hold for a cell whose group was dispatched again
+    left the new attempt running, to be paid for and then kept as evidence. Once every cell an
+    assignment still runs has a result (the `last` answer an offer, or a report of the assignment
+    itself; seed 2014 has the second), it is revoked and its slot takes the next group."""
+    k = Core(make_spec(tasks=3, subjects=2), make_policy(recovery_grace_ms=5_000))
+    backup = list(k.log)  # the submit alone
+    k.register("w1", slots=3)
+    after: list[c.ResultOffered] = []
+    for aid in k.held("w1"):
+        after.extend(_finish(k, aid))
+    r, again = _redispatched_before_the_offers(k, backup, after)
+    (aid,) = set(again.values())  # one group of two cells, both running on w2
+    r.register("w1", slots=1, incarnation=1)  # back after the hold: it takes a group of its own
+    assert len(r.held("w1")) == 1
+    first, second = [o for o in after if cell_of_attempt(r.run_id, o.attempt_id) in again]
+    t = _offer(r, first)
+    assert t.outcome == ACCEPTED, t.outcome
+    assert not [e for e in t.effects if isinstance(e, RevokeAssignment)], "a cell it runs is still unanswered"
+    assert r.state.assignments[aid].authoritative
+    if last == "offer":
+        t = _offer(r, second)
+    else:
+        cell_id = cell_of_attempt(r.run_id, second.attempt_id)
+        (own,) = [tid for tid in r.attempts_of(aid) if r.attempt(tid).cell_id == cell_id]
+        t = r.report(own, OK)  # w2's own attempt at the other cell
+    assert t.outcome == ACCEPTED, t.outcome
+    assert [(e.worker_id, e.assignment_id, e.reason) for e in t.effects if isinstance(e, RevokeAssignment)] \
+        == [("w2", aid, ANSWERED_BY_OFFERS)]
+    assert not r.state.assignments[aid].authoritative and aid not in r.held("w2")
+    assert r.group_of(aid).status == GroupStatus.SETTLED
+    assert [p.worker_id for p in pushes(t)] == ["w2"], "the freed slot takes the waiting group at once"
+    for tid in r.attempts_of(aid):  # what w2 reports of it before the revoke reaches it is evidence
+        if not r.attempt(tid).reported:
+            assert r.report(tid, OK).outcome == LATE
+    assert r.cell(cell_of_attempt(r.run_id, first.attempt_id)).selected == first.attempt_id
+    if last == "report":
+        assert _offer(r, second).outcome == LATE, "the cell has w2's result"
+    _complete(r)
+    assert r.run.settled and r.run.selected_cells == 6
     r.assert_replays()

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 1 for i in report["incomplete"] if i["reason"] == "provider_throttled")
         if args.faults:
             for k in ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes", "restores",
-                      "lost_records", "lost_acked", "adopted", "offers_late", "run_again"):
+                      "lost_records", "lost_acked", "adopted", "offers_late", "run_again", "answered_revokes"):
                 if k in report["extra_faults"]:
                     totals[k] = totals.get(k, 0) + report["extra_faults"][k]
     elapsed = time.perf_counter() - started

@@ -35,7 +35,7 @@ from common import limits
 from common.evidence import is_selectable
 from coordinator.core import commands as c
 from coordinator.core.effects import Emit, PushAssignment, RefuseRun, RevokeAssignment, Transition
-from coordinator.core.invariants import check, group_status_problems, running_by_provider
+from coordinator.core.invariants import check, group_status_problems, running_by_provider, runs_unanswered
 from coordinator.core.state import AttemptState, GroupStatus, State, WorkerStatus, counted_attempts
 
 # Commands that may change every worker (recovery sets all to reconciling; a pin or a new
@@ -291,6 +291,9 @@ class IncrementalMonitor:
         bad.extend(group_status_problems(group, pending))
         if group.status == GroupStatus.ASSIGNED and self.owner.get((run_id, index)) != group.assignment:
             bad.append(f"group {group.group_id} is assigned to {group.assignment}, not its known owner")
+        owner = state.assignments.get(group.assignment) if group.status == GroupStatus.ASSIGNED else None
+        if owner is not None and not runs_unanswered(state, owner):
+            bad.append(f"{group.assignment} still runs, but every cell it runs has a selected result")
 
     def _counters(self, state: State, bad: list[str]) -> None:
         if state.slots_active != self.slots_active:

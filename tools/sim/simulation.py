@@ -49,6 +49,7 @@ from coordinator.core import commands as c
 from coordinator.core import new_state, step, summarize
 from coordinator.core.effects import Emit, EndSession, OfferRun, OutcomeKind, PushAssignment, RefuseRun, RevokeAssignment
 from coordinator.core.invariants import Monitor
+from coordinator.core.machine import ANSWERED_BY_OFFERS
 from coordinator.core.state import WorkerStatus, counted_attempts, durable_fingerprint
 from coordinator.hellos import HelloStreams
 from tools.sim.invariants import provider_step_problems
@@ -407,7 +408,7 @@ class Simulation:
         self.restore_undisturbed: dict[WorkerId, None] = {}
         if "restore" in self.extra_names:
             self.extra_stats |= {"restores": 0, "lost_records": 0, "lost_acked": 0, "adopted": 0,
-                                 "offers_late": 0, "run_again": 0}
+                                 "offers_late": 0, "run_again": 0, "answered_revokes": 0}
 
     # --- plumbing ---------------------------------------------------------------------------
     def at(self, when: int, kind: str, *args: Any) -> int:
@@ -532,6 +533,8 @@ class Simulation:
             running = self.workers[a.worker_id].cells.get(e.subject)
             if e.detail == "group deadline exceeded" and (running or any(t in self.straggled for t in a.attempts)):
                 continue  # its cells really ran past the deadline (the straggler fault): not the stall's doing
+            if e.detail == ANSWERED_BY_OFFERS:
+                continue  # every cell it ran has a result: none runs again
             self.stall_failure(f"assignment {e.subject} of {a.worker_id}, alive and connected throughout a "
                                f"stall, superseded ({e.detail}) after {type(cmd).__name__}: its cells run twice")
 
@@ -556,6 +559,8 @@ class Simulation:
                 self.send_to_worker(e.worker_id, ("push", e))
             elif isinstance(e, RevokeAssignment):
                 self.stats["revokes"] += 1
+                if e.reason == ANSWERED_BY_OFFERS:  # running cells that offers answered: stopped, not paid for
+                    self.extra_stats["answered_revokes"] += 1
                 self.send_to_worker(e.worker_id, ("revoke", e.assignment_id))
             elif isinstance(e, OfferRun):
                 self.send_to_worker(e.worker_id, ("offer", e.run_id, e.keys))

@@ -1207,14 +1207,16 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
         if not run.settled and run.run_id not in worker.fits:
             fx.append(_offer(run, worker))  # not measured yet: the worker answers once per stream
     durable: tuple = ()
-    if worker.status == WorkerStatus.SUSPECTED:
-        resumed = c.WorkerResumed(cmd.now_ms, worker.worker_id)
-        t = _HANDLERS[c.WorkerResumed](state, resumed)
-        fx.extend(t.effects)
-        durable = t.durable
+    # What it says of its disk first: a suspected worker's resume fills its free slots, and one
+    # whose disk is full must get none (its cells could not start while others' slots wait).
     if cmd.degraded[:limits.ID_CHARS_MAX] != worker.degraded:
         t = _HANDLERS[c.WorkerDegraded](state, c.WorkerDegraded(cmd.now_ms, worker.worker_id,
                                                                 cmd.degraded[:limits.ID_CHARS_MAX]))
+        fx.extend(t.effects)
+        durable = t.durable
+    if worker.status == WorkerStatus.SUSPECTED:
+        resumed = c.WorkerResumed(cmd.now_ms, worker.worker_id)
+        t = _HANDLERS[c.WorkerResumed](state, resumed)
         fx.extend(t.effects)
         durable += t.durable
     return Transition(ACCEPTED, tuple(fx), durable)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from common.evidence import Cleanup, Execution, Usage, Verification
 from common.ids import WorkerId
 from coordinator.core import commands as c
-from coordinator.core.state import counted_attempts
+from coordinator.core.state import WorkerStatus, counted_attempts
 from tests.unit.core_helpers import HEARTBEAT_MS, OK, Core, make_policy, make_report, make_spec
 
 FAILED = make_report(Execution.NOT_STARTED, Verification.NOT_RUN, Usage.MISSING, Cleanup.CONFIRMED,
@@ -190,6 +190,28 @@ def test_a_worker_whose_disk_is_full_gets_no_work_until_its_heartbeat_says_it_ha
     assert k.run.settled or pushes(t, "full")
     # The same word twice decides nothing.
     assert durable_types(k.apply(c.HeartbeatReceived(k.now, WorkerId("full"), tuple(k.held("full")), ""))) == []
+    k.assert_replays()
+
+
+def test_a_suspected_worker_whose_heartbeat_says_its_disk_is_full_is_resumed_without_work():
+    """Found by `python -m tools.sim --seeds 0-299 --check --faults ops` (the operator and full
+    disks): the heartbeat's resume filled the worker's free slot before its word of a full disk
+    took it off the free list, so a group went to a worker that could not start it."""
+    from tests.unit.core_helpers import SUSPECT_MS, Core, make_policy, make_spec, pushes, durable_types
+
+    k = Core(make_spec(tasks=4, subjects=1), make_policy())
+    k.pause()  # groups wait while the worker goes quiet
+    k.register("full", slots=1)
+    k.clock(k.now + 2 * SUSPECT_MS)
+    assert k.worker("full").status == WorkerStatus.SUSPECTED
+    assert k.recover().outcome.ok and k.held("full") == []
+    t = k.apply(c.HeartbeatReceived(k.now, WorkerId("full"), (), "the disk is full"))
+    assert t.outcome.ok and k.worker("full").status == WorkerStatus.ACTIVE
+    assert k.worker("full").degraded == "the disk is full"
+    assert pushes(t) == [] and k.held("full") == [], "a group went to a worker whose disk is full"
+    assert durable_types(t) == ["WorkerDegraded", "WorkerResumed"]
+    t = k.apply(c.HeartbeatReceived(k.now, WorkerId("full"), (), ""))  # room again: work at once
+    assert [p.worker_id for p in pushes(t)] == ["full"]
     k.assert_replays()
 
 

@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 1 for i in report["incomplete"] if i["reason"] == "provider_throttled")
         if args.faults:
             for k in ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes", "restores",
-                      "lost_records", "lost_acked", "adopted", "offers_late", "run_again", "answered_revokes"):
+                      "lost_records", "lost_acked", "adopted", "offers_late", "run_again", "answered_revokes",
+                      "degraded", "drains", "grants", "grants_refused", "cap_pauses", "cap_raises"):
                 if k in report["extra_faults"]:
                     totals[k] = totals.get(k, 0) + report["extra_faults"][k]
     elapsed = time.perf_counter() - started

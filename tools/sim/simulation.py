@@ -131,10 +131,11 @@ BLACKHOLE_START_MS_MAX = 60_000
 BLACKHOLE_RECOVERY_MS_MIN, BLACKHOLE_RECOVERY_MS_MAX = 30_000, 120_000
 BLACKHOLE_CELL_MS_MIN, BLACKHOLE_CELL_MS_MAX = 20, 300  # failing fast: nothing runs
 BLACKHOLE_DETAIL = "no space left on device"
-EXTRA_FAULTS = ("stall", "blackhole", "restore")
+EXTRA_FAULTS = ("stall", "blackhole", "restore", "ops")
 # The restore (--faults restore): a backup this long after submission, and the coordinator
 # restored from it (its log's tail lost) this long after the backup.
 BACKUP_MS_MIN, BACKUP_MS_MAX = 8_000, 40_000
+DEGRADED_REASON = "state dir's disk is full"  # what the ops fault's worker says while its disk is full
 RESTORE_AFTER_MS_MIN, RESTORE_AFTER_MS_MAX = 8_000, 40_000
 
 
@@ -147,6 +148,15 @@ class ExtraFaults:
     blackhole: int = -1
     blackhole_ms: tuple[int, int] = (0, 0)
     restore_ms: tuple[int, int] = (0, 0)  # (the backup, the restore from it); (0, 0): none
+    # The operator and the hosts (--faults ops): a worker's disk full for a while (its index,
+    # from, until); a worker drained, which exits once it holds nothing and comes back as a
+    # new process (its index, when; -1: none); the run's spend cap, raised by the operator each
+    # time the run pauses on it (0: none); when the operator grants a retry to a cell out of
+    # attempts.
+    degraded: tuple[int, int, int] = (-1, 0, 0)
+    drain: tuple[int, int] = (-1, 0)
+    cap_usd: float = 0.0
+    grants_ms: tuple[int, ...] = ()
 
 
 def draw_extra_faults(seed: int, names: tuple[str, ...], workers: int) -> ExtraFaults:
@@ -166,12 +176,18 @@ def draw_extra_faults(seed: int, names: tuple[str, ...], workers: int) -> ExtraF
     if "restore" in names:
         backup = rng.randint(BACKUP_MS_MIN, BACKUP_MS_MAX)
         out.restore_ms = (backup, backup + rng.randint(RESTORE_AFTER_MS_MIN, RESTORE_AFTER_MS_MAX))
+    if "ops" in names:
+        start = rng.randint(5_000, 90_000)
+        out.degraded = (rng.randrange(workers), start, start + rng.randint(1_000, 30_000))
+        out.drain = (rng.randrange(workers), rng.randint(5_000, 120_000)) if rng.random() < 0.6 else (-1, 0)
+        out.cap_usd = round(rng.uniform(0.2, 2.5), 4) if rng.random() < 0.7 else 0.0
+        out.grants_ms = tuple(sorted(rng.randint(20_000, 145_000) for _ in range(rng.choice([1, 2, 3]))))
     return out
 
 
 # What a stalled coordinator does not do until it runs again (Simulation.run).
 _FROZEN_KINDS = ("tick", "liveness", "to_coord", "stream_dead", "coord_crash", "pause", "recover", "repair",
-                 "backup", "restore")
+                 "backup", "restore", "drain", "grant", "raise_cap")
 
 
 class SimFailure(Exception):
@@ -350,11 +366,16 @@ class Simulation:
             policy_extra = {"providers": tuple(sorted(limits_, key=lambda p: p.name)),
                             "max_throttled_attempts_per_cell": max_throttled}
         self.spec = parse_spec(spec_doc)
+        policy_extra = {"max_attempts_per_cell": 4} | policy_extra
+        if "ops" in faults:  # cells run out of attempts, for the operator's grants to have work
+            policy_extra["max_attempts_per_cell"] = 2
+            cap_usd = draw_extra_faults(seed, tuple(faults), workers).cap_usd  # (drawn again below, the same)
+            if cap_usd:
+                policy_extra["max_observed_cost_usd"] = cap_usd
         policy_extra |= policy_overrides or {}
         self.policy = Policy(heartbeat_interval_ms=HEARTBEAT_MS, suspect_after_ms=3_500, expire_after_ms=15_000,
                              recovery_grace_ms=20_000, retry_backoff_ms=500, retry_backoff_max_ms=8_000,
-                             max_attempts_per_cell=4, required_environment_id=ENV_ID, group_deadline_ms=60_000,
-                             **policy_extra)
+                             required_environment_id=ENV_ID, group_deadline_ms=60_000, **policy_extra)
         self.run_id: RunId = run_id_for(self.spec.canonical, self.policy.canonical())
         self.state = new_state()
         self.workers: dict[WorkerId, SimWorker] = {}
@@ -406,6 +427,16 @@ class Simulation:
         self.issued_before_restore: dict[str, None] = {}
         self.lost_acked: dict[str, tuple[str, WorkerId]] = {}
         self.restore_undisturbed: dict[WorkerId, None] = {}
+        # The operator and the hosts: the reason each worker's heartbeat gives for starting no
+        # cell (its disk is full), the drained workers waiting to exit, a raise of the spend cap due.
+        self.degraded_reason: dict[WorkerId, str] = {}
+        self.said_degraded: dict[WorkerId, str] = {}  # as its last heartbeat the core took said
+        self.ops_dispatched: set[str] = set()  # assignments seen pushed
+        self.drained: dict[WorkerId, int] = {}  # wid -> the incarnation that was drained
+        self.cap_raise_due = False
+        if "ops" in self.extra_names:
+            self.extra_stats |= {"degraded": 0, "drains": 0, "grants": 0, "grants_refused": 0, "cap_pauses": 0,
+                                 "cap_raises": 0}
         if "restore" in self.extra_names:
             self.extra_stats |= {"restores": 0, "lost_records": 0, "lost_acked": 0, "adopted": 0,
                                  "offers_late": 0, "run_again": 0, "answered_revokes": 0}
@@ -556,6 +587,8 @@ class Simulation:
         for e in t.effects:
             if isinstance(e, PushAssignment):
                 self.stats["pushes"] += 1
+                if "ops" in self.extra_names:
+                    self.ops_dispatch_check(e)
                 self.send_to_worker(e.worker_id, ("push", e))
             elif isinstance(e, RevokeAssignment):
                 self.stats["revokes"] += 1
@@ -604,7 +637,14 @@ class Simulation:
             self.send_to_worker(wid, ("welcome", incarnation, self.state.epoch))
         elif kind == "heartbeat":
             self.said[wid], self.beat_at[wid] = frame[1], self.now
-            out = self.apply(c.HeartbeatReceived(self.now, wid, frame[1]))
+            before = self.said_degraded.get(wid, "")
+            if len(frame) > 2:  # what the core knows of its disk, from this step on (if it takes it)
+                self.said_degraded[wid] = frame[2]
+            out = self.apply(c.HeartbeatReceived(self.now, wid, frame[1], frame[2] if len(frame) > 2 else ""))
+            if not out.ok:
+                self.said_degraded[wid] = before
+            elif len(frame) > 2 and frame[2]:
+                self.extra_stats["degraded"] += 1
             if out.rejection in (Rejection.UNKNOWN_WORKER, Rejection.WORKER_NOT_ACTIVE) and w.connected:
                 # The servicer cuts a session whose worker must register again (its hello
                 # was lost, or it expired meanwhile): the worker reconnects and says hello.
@@ -732,7 +772,7 @@ class Simulation:
                 w.finished[action.assignment_id] = None
                 self.worker_step(w, wp.AssignmentFinished(action.assignment_id))
             elif isinstance(action, wp.SendHeartbeat):
-                self.send_to_coordinator(w, ("heartbeat", action.owned))
+                self.send_to_coordinator(w, ("heartbeat", action.owned, self.degraded_reason.get(w.worker_id, "")))
             else:
                 raise AssertionError(action)
 
@@ -1008,6 +1048,80 @@ class Simulation:
         self.note(f"{w.worker_id} crashed")
         self.at(self.now + self.rng.randint(2_000, 10_000), "worker_up", w.worker_id)
 
+    # --- the operator and the hosts (--faults ops) ---------------------------------------------
+    def operate(self, kind: str, *args: Any) -> None:
+        """A worker's disk fills and frees (its heartbeats say so), an operator drains a worker
+        (it exits once it holds nothing, and its host starts it again), grants a retry to a cell
+        out of attempts (or, with none, to a selected cell: refused), and raises the spend cap
+        each time the run pauses on it. What the coordinator cannot take now (it is down) is
+        tried again a second later."""
+        run = self.state.runs[self.run_id]
+        if kind == "degrade":
+            self.degraded_reason[args[0]] = args[1]
+            self.note(f"{args[0]} disk {'full' if args[1] else 'has room again'}")
+        elif not self.coordinator_up and kind != "drain_exit":
+            self.at(self.now + 1_000, kind, *args)
+        elif kind == "drain":
+            w = self.workers[args[0]]
+            out = self.apply(c.WorkerDrained(self.now, w.worker_id))
+            self.note(f"operator drains {w.worker_id}: {out.kind.name}")
+            if out.ok:
+                self.extra_stats["drains"] += 1
+                self.drained[w.worker_id] = w.incarnation
+                self.at(self.now + 500, "drain_exit", w.worker_id)
+        elif kind == "drain_exit":
+            w = self.workers[args[0]]
+            if not w.alive or w.incarnation != self.drained.get(w.worker_id):
+                self.drained.pop(w.worker_id, None)  # it crashed meanwhile: the new process takes work
+            elif w.cells or w.proto.held or w.outbox:
+                self.at(self.now + 500, "drain_exit", w.worker_id)
+            else:
+                self.note(f"{w.worker_id} holds nothing: exits, drained")
+                del self.drained[w.worker_id]
+                self.at(self.now, "crash", w.worker_id)  # its host starts it again, a new process
+        elif kind == "grant":
+            exhausted = [cid for cid, cell in run.cells.items()
+                         if cell.selected is None and not run.attempts_left(cell)]
+            if exhausted:
+                cid = self.extra_rng.choice(exhausted)
+                out = self.apply(c.CellRetryGranted(self.now, self.run_id, cid))
+                self.note(f"operator grants {cid} a retry: {out.kind.name}")
+                self.extra_stats["grants" if out.ok else "grants_refused"] += 1
+            else:
+                selected = [cid for cid, cell in run.cells.items() if cell.selected is not None]
+                if selected:
+                    cid = self.extra_rng.choice(selected)
+                    out = self.apply(c.CellRetryGranted(self.now, self.run_id, cid))
+                    if out.ok:
+                        self.fail(f"a retry of {cid}, which has a selected result, was granted")
+                    self.extra_stats["grants_refused"] += 1
+        elif kind == "cap_watch":
+            if run.paused and run.pause_reason.startswith("spend cap") and not self.cap_raise_due:
+                self.extra_stats["cap_pauses"] += 1
+                self.cap_raise_due = True
+                self.at(self.now + self.extra_rng.randint(1_000, 10_000), "raise_cap")
+            if not run.settled or self.faulty():
+                self.at(self.now + 1_000, "cap_watch")
+        elif kind == "raise_cap":
+            self.cap_raise_due = False
+            if run.paused and run.cost_cap_usd and run.observed_cost_usd >= run.cost_cap_usd:
+                cap = round(run.cost_cap_usd * 2, 4)
+                out = self.apply(c.RunRecovered(self.now, self.run_id, cap))
+                self.note(f"operator raises the spend cap to ${cap}: {out.kind.name}")
+                self.extra_stats["cap_raises"] += out.ok
+
+    def ops_dispatch_check(self, e: PushAssignment) -> None:
+        """A group is dispatched only to a worker that takes work: not one whose last heartbeat
+        said its disk is full (nor one the core marked so), nor one being drained."""
+        if e.assignment_id in self.ops_dispatched:
+            return  # sent again (a heartbeat that did not list it): not a dispatch
+        self.ops_dispatched.add(e.assignment_id)
+        w = self.state.workers[e.worker_id]
+        if w.degraded or self.said_degraded.get(e.worker_id):
+            self.fail(f"{e.assignment_id} dispatched to {e.worker_id}, whose disk is full")
+        if w.draining:
+            self.fail(f"{e.assignment_id} dispatched to {e.worker_id}, which is being drained")
+
     # --- the run ----------------------------------------------------------------------------
     def schedule_faults(self) -> None:
         f, rng = self.faults, self.rng
@@ -1036,6 +1150,16 @@ class Simulation:
             self.at(t0 + start, "blackhole", "starts")
             if stop:
                 self.at(t0 + stop, "blackhole", "recovers")
+        index, start, stop = self.extra.degraded
+        if index >= 0:
+            self.at(t0 + start, "degrade", wids[index], DEGRADED_REASON)
+            self.at(t0 + stop, "degrade", wids[index], "")
+        if self.extra.drain[0] >= 0:
+            self.at(t0 + self.extra.drain[1], "drain", wids[self.extra.drain[0]])
+        for at in self.extra.grants_ms:
+            self.at(t0 + at, "grant")
+        if self.extra.cap_usd:
+            self.at(t0 + 1_000, "cap_watch")
 
     def next_run(self, order_from: str = "") -> dict:
         """After `run`: the same spec again, on the same coordinator and fleet (the workers keep
@@ -1113,7 +1237,7 @@ class Simulation:
                     continue
                 if w.connected:
                     running = sum(len(cells) for cells in w.cells.values())
-                    self.worker_step(w, wp.HeartbeatDue(self.now, running))
+                    self.worker_step(w, wp.HeartbeatDue(self.now, running, self.degraded_reason.get(wid, "")))
                     self.flush(w)
                 self.at(self.now + HEARTBEAT_MS, "heartbeat", wid, epoch)
             elif kind == "cell_done":
@@ -1206,7 +1330,10 @@ class Simulation:
                     self.at(self.now + 1_000, "recover")
                 elif self.coordinator_up and self.op_paused:
                     self.op_paused = False
-                    self.apply(c.RunRecovered(self.now, self.run_id))
+                    out = self.apply(c.RunRecovered(self.now, self.run_id))
+                    if out.rejection == Rejection.SPEND_CAP_REACHED:  # reached while paused: the
+                        self.cap_raise_due = True  # operator reads why, and recovers with a higher cap
+                        self.at(self.now + self.extra_rng.randint(1_000, 10_000), "raise_cap")
                 elif self.op_paused:
                     self.at(self.now + 1_000, "recover")
             elif kind == "repair":
@@ -1224,6 +1351,8 @@ class Simulation:
                 self.thaw()
             elif kind == "blackhole":
                 self.note(f"{self.blackhole_wid} black hole {args[0]}")
+            elif kind in ("degrade", "drain", "drain_exit", "grant", "cap_watch", "raise_cap"):
+                self.operate(kind, *args)
             elif kind == "welcome_due":
                 w = self.workers[args[0]]
                 if w.epoch == args[1] and w.conn == args[2] and w.connected and w.welcomed != w.conn:

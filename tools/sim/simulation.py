@@ -1105,7 +1105,8 @@ class Simulation:
         elif kind == "raise_cap":
             self.cap_raise_due = False
             if run.paused and run.cost_cap_usd and run.observed_cost_usd >= run.cost_cap_usd:
-                cap = round(run.cost_cap_usd * 2, 4)
+                # Twice the cap, and over what it observed (a restore brings back an older cap).
+                cap = round(max(run.cost_cap_usd * 2, run.observed_cost_usd * 1.25), 4)
                 out = self.apply(c.RunRecovered(self.now, self.run_id, cap))
                 self.note(f"operator raises the spend cap to ${cap}: {out.kind.name}")
                 self.extra_stats["cap_raises"] += out.ok
@@ -1373,6 +1374,9 @@ class Simulation:
                     self.at(self.now + 1_000, "restore")
             elif kind == "coord_up_restored":
                 self.coordinator_up = True
+                # The backup's word of each disk is what the core knows now (a heartbeat since
+                # then says more; until it comes, a group may go to a worker whose disk is full).
+                self.said_degraded = {wid: w.degraded for wid, w in self.state.workers.items()}
                 self.apply(c.CoordinatorRecovered(self.now))
                 self.apply(c.CoordinatorRestored(self.now, f"backup-{self.seed}",
                                                  f"r{self.extra_stats['restores']}"))

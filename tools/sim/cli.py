@@ -30,6 +30,12 @@
                                                no id issued twice, every lost result's cell
                                                selected, and adopted (not run again) wherever
                                                no fault of its worker's own delayed its offer
+    python -m tools.sim --seeds 0-99 --check --faults ops
+                                               the operator and the hosts: a worker's disk full
+                                               for a while, a drained worker that exits and
+                                               comes back, retries granted, a spend cap raised
+                                               each time the run pauses on it; no group goes
+                                               to a full disk or a drained worker
 
 The model is tools/sim/simulation.py, the scale scenario tools/sim/scale.py.
 """
@@ -72,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=parse_faults, default=(),
                     help="extra faults, comma-separated: stall (the coordinator freezes past the expiry, "
                          "then applies CoordinatorStalled), blackhole (a worker fails every attempt fast), restore "
-                         "(a restore from a backup that lost the log's tail)")
+                         "(a restore from a backup that lost the log's tail), ops (full disks, a drain, "
+                         "retry grants, a spend cap raised)")
     ap.add_argument("--provider-check", action="store_true",
                     help="per seed, a quiet run with providers and one without must select the same")
     ap.add_argument("--scale", action="store_true",

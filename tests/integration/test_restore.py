@@ -49,24 +49,35 @@ def wait_selected(cluster: Cluster, run_id: str, n: int, timeout_s: float = 90) 
         time.sleep(0.05)
 
 
-def restore_mid_run(tmp_path: Path, *, restart_workers: bool) -> None:
+def two_clusters(tmp_path: Path, groups: int, subject: str) -> tuple[Path, dict, Cluster, Path, Cluster]:
+    """The executions log, a spec of `groups` groups of `subject` that writes to it, the live
+    cluster, where its backup goes, and the cluster restored from it (not started)."""
     log = tmp_path / "executions.log"
-    spec = intbench_spec(GROUPS, subjects=("medium",))
+    spec = intbench_spec(groups, subjects=(subject,))
     spec["subjects"][0]["args"].append(str(log))
-    live = Cluster(tmp_path / "live")
     backup = tmp_path / "restored" / "coordinator"
     backup.parent.mkdir()
-    restored = Cluster(tmp_path / "restored")
+    return log, spec, Cluster(tmp_path / "live"), backup, Cluster(tmp_path / "restored")
+
+
+def submit_and_back_up(live: Cluster, spec: dict, selected_first: int, backup: Path) -> str:
+    """Submit `spec`, and once `selected_first` cells are selected, back the coordinator up."""
+    run_id = live.submit(spec, FAST_POLICY)
+    wait_selected(live, run_id, selected_first)
+    out = subprocess.run([PY, "-m", "tools.fleetctl", "--coordinator", live.address, "--token-file",
+                          str(live.data_dir / "admin.token"), "backup", str(backup)], cwd=REPO, env=live.env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + live.tails()
+    return run_id
+
+
+def restore_mid_run(tmp_path: Path, *, restart_workers: bool) -> None:
+    log, spec, live, backup, restored = two_clusters(tmp_path, GROUPS, "medium")
     try:
         live.start_coordinator()
         for w in ("w1", "w2"):
             live.start_worker(w, slots=2)
-        run_id = live.submit(spec, FAST_POLICY)
-        wait_selected(live, run_id, BACKUP_AT)
-        out = subprocess.run([PY, "-m", "tools.fleetctl", "--coordinator", live.address, "--token-file",
-                              str(live.data_dir / "admin.token"), "backup", str(backup)], cwd=REPO, env=live.env(),
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr + live.tails()
+        run_id = submit_and_back_up(live, spec, BACKUP_AT, backup)
         in_backup = json.loads((backup / "BACKUP.json").read_text())
         assert in_backup["backup_id"]
         acknowledged = wait_selected(live, run_id, KILL_AT)  # each was acknowledged to its worker
@@ -118,24 +129,13 @@ def test_a_group_run_again_before_its_kept_results_were_offered_is_stopped_by_th
     coordinator revokes those groups and the worker kills their processes: none of those second
     executions finishes (the subject holds each one until the test lets go, and a revoke is the
     only thing that ends one early)."""
-    log = tmp_path / "executions.log"
-    hold = Path(f"{log}.hold")
     groups, backup_at, kill_at = 10, 1, 6
-    spec = intbench_spec(groups, subjects=("held",))
-    spec["subjects"][0]["args"].append(str(log))
-    live = Cluster(tmp_path / "live")
-    backup = tmp_path / "restored" / "coordinator"
-    backup.parent.mkdir()
-    restored = Cluster(tmp_path / "restored")
+    log, spec, live, backup, restored = two_clusters(tmp_path, groups, "held")
+    hold = Path(f"{log}.hold")
     try:
         live.start_coordinator()
         live.start_worker("w1", slots=1)
-        run_id = live.submit(spec, FAST_POLICY)
-        wait_selected(live, run_id, backup_at)
-        out = subprocess.run([PY, "-m", "tools.fleetctl", "--coordinator", live.address, "--token-file",
-                              str(live.data_dir / "admin.token"), "backup", str(backup)], cwd=REPO, env=live.env(),
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr + live.tails()
+        run_id = submit_and_back_up(live, spec, backup_at, backup)
         acknowledged = wait_selected(live, run_id, kill_at)
         live.coordinator.kill9()
         live.workers["w1"].kill9()  # away until the hold is over; its state dir keeps what it reported

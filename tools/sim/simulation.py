@@ -366,12 +366,15 @@ class Simulation:
             policy_extra = {"providers": tuple(sorted(limits_, key=lambda p: p.name)),
                             "max_throttled_attempts_per_cell": max_throttled}
         self.spec = parse_spec(spec_doc)
+        for name in faults:
+            if name not in EXTRA_FAULTS:
+                raise ValueError(f"unknown fault {name!r}: not one of {', '.join(EXTRA_FAULTS)}")
+        extra = draw_extra_faults(seed, tuple(faults), workers)  # from its own stream: no main draw moves
         policy_extra = {"max_attempts_per_cell": 4} | policy_extra
         if "ops" in faults:  # cells run out of attempts, for the operator's grants to have work
             policy_extra["max_attempts_per_cell"] = 2
-            cap_usd = draw_extra_faults(seed, tuple(faults), workers).cap_usd  # (drawn again below, the same)
-            if cap_usd:
-                policy_extra["max_observed_cost_usd"] = cap_usd
+            if extra.cap_usd:
+                policy_extra["max_observed_cost_usd"] = extra.cap_usd
         policy_extra |= policy_overrides or {}
         self.policy = Policy(heartbeat_interval_ms=HEARTBEAT_MS, suspect_after_ms=3_500, expire_after_ms=15_000,
                              recovery_grace_ms=20_000, retry_backoff_ms=500, retry_backoff_max_ms=8_000,
@@ -387,11 +390,8 @@ class Simulation:
         self.straggler_pending = self.faults.straggler
         # The extra faults. Nothing below draws from the main stream, and none of it acts
         # unless a fault is named: the default scenario runs exactly as without it.
-        for name in faults:
-            if name not in EXTRA_FAULTS:
-                raise ValueError(f"unknown fault {name!r}: not one of {', '.join(EXTRA_FAULTS)}")
         self.extra_names = tuple(faults)
-        self.extra = draw_extra_faults(seed, self.extra_names, workers)
+        self.extra = extra
         self.extra_rng = random.Random(f"{seed}:faults:events")
         self.stall_command = stall_command
         self.keep_acknowledged = keep_acknowledged

@@ -632,7 +632,10 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
     if _serves(run, worker):  # the worker's streak, lost with the log's tail, is rebuilt from its
         # offers (they come in the order it finished them): a black hole caught before the restore
         # is caught again, and the failures it burned are given back with its quarantine.
+        settled = group.status == GroupStatus.SETTLED
         _streak(state, worker, cmd.attempt_id, cell, report, is_selectable(report), cmd.now_ms)
+        if settled and group.status == GroupStatus.WAITING:  # a failure given back reopened its
+            _fill(state, cmd.now_ms, fx)  # cell, which its loss at the worker's return had exhausted
     if not adopt:
         run.late_reports += 1
         why = ("the cell has a selected result" if cell.selected is not None else
@@ -838,9 +841,9 @@ def _streak(state: State, worker: WorkerState, tid, cell: CellState, report, sel
     if worker.quarantined_until_ms:
         # A group it held when quarantined: known broken, given back at once where the subject
         # has succeeded elsewhere (a subject that fails everywhere is the run's problem).
-        if (state.runs[state.attempts[tid].run_id].subject_selected_ms.get(cell.subject_id, -1) >= 0
-                and not _offered_only(state, tid)):
-            cell.forgiven += 1
+        run = state.runs[state.attempts[tid].run_id]
+        if run.subject_selected_ms.get(cell.subject_id, -1) >= 0 and not _offered_only(state, tid):
+            _give_back(state, run, cell, now)
         return
     if not worker.streak:
         worker.streak_started_ms = now
@@ -944,12 +947,17 @@ def _forgive(state: State, streak: list, now: int) -> int:
     for tid in streak:
         attempt = state.attempts[tid]
         run = state.runs[attempt.run_id]
-        cell = run.cells[attempt.cell_id]
-        cell.forgiven += 1
-        group = run.groups[cell.group_index]
-        if group.status == GroupStatus.SETTLED and cell.selected is None and run.attempts_left(cell):
-            _unsettle(state, run, group, now)
+        _give_back(state, run, run.cells[attempt.cell_id], now)
     return len(streak)
+
+
+def _give_back(state: State, run: RunState, cell: CellState, now: int) -> None:
+    """One of the cell's attempts no longer counts against it; a group it had settled (out of
+    attempts, or, offered after a restore, lost at its worker's return) waits again."""
+    cell.forgiven += 1
+    group = run.groups[cell.group_index]
+    if group.status == GroupStatus.SETTLED and cell.selected is None and run.attempts_left(cell):
+        _unsettle(state, run, group, now)
 
 
 def _worker_probed(state: State, cmd: c.WorkerProbed, fx: Fx) -> Outcome:

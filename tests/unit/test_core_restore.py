@@ -331,6 +331,44 @@ def test_a_failure_offered_by_a_quarantined_worker_is_given_back_once():
     r.assert_replays()
 
 
+def test_a_failure_given_back_at_its_offer_reopens_the_cell_its_loss_had_exhausted():
+    """Found by `python -m tools.sim --seed 1281 --check --faults ops,stall,blackhole,restore`:
+    the backup holds a black hole quarantined, with a group it claimed before. Back after the
+    restore without it, the group is released and its attempt counted lost, which exhausts the
+    cell. Then the worker offers that attempt's failure, a quarantined worker's own, given back:
+    the cell has an attempt again, so its group waits again (it stayed settled with a cell to
+    run), and the healthy worker takes it at once."""
+    from tests.unit.test_core_quarantine import BOUND, FAILED, fail_until_streak, held_by
+    from tests.unit.core_helpers import HEARTBEAT_MS
+
+    k = Core(make_spec(tasks=8, subjects=1), make_policy(quarantine_after_failures=BOUND, quarantine_backoff_ms=60_000,
+                                                         max_attempts_per_cell=1))
+    k.register("good")
+    k.report_all(held_by(k, "good")[0].assignment_id, OK)
+    k.register("bad")
+    fail_until_streak(k)
+    k.clock(k.now + HEARTBEAT_MS, alive=("bad",))  # good is busy: it claims nothing more
+    assert k.worker("bad").quarantined_until_ms
+    [claimed] = held_by(k, "bad")  # claimed after its last failure, before the quarantine
+    backup = list(k.log)
+    k.report_all(claimed.assignment_id, FAILED)
+    [offer] = _kept(k, claimed.assignment_id)
+
+    r = _restored(k, backup)
+    assert r.worker("bad").quarantined_until_ms
+    r.register("bad", slots=1, incarnation=1)  # it holds nothing: its attempt was lost
+    cell = r.cell(cell_of_attempt(r.run_id, offer.attempt_id))
+    group = r.run.groups[cell.group_index]
+    assert group.status == GroupStatus.SETTLED and cell.selected is None, "the lost attempt did not exhaust the cell"
+    r.register("good", slots=1, incarnation=1, owned=tuple(r.held("good")))  # still running its group
+    t = _offer(r, offer)
+    assert t.outcome == LATE, t.outcome
+    assert cell.forgiven == 1 and group.status != GroupStatus.SETTLED, "given back, but its group stayed settled"
+    _complete(r)
+    assert r.run.settled and r.run.selected_cells == 8 and cell.selected is not None
+    r.assert_replays()
+
+
 def _redispatched_before_the_offers(k: Core, backup: list, after: list[c.ResultOffered]) -> tuple[Core, dict]:
     """`k` restored on `backup` with w1 (which kept `after`) not back yet: once the hold is over
     (the recovery grace), w2 runs again the groups `after` answers. Returns the restored core and

@@ -95,9 +95,15 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # A black hole whose 32 failures fell in 1.4 s with no other worker's cell done: no tick
     # found its streak due, so the rule gives none back (checker fix).
     (6953, {"faults": ("stall", "blackhole", "restore")}),
+    # A quarantined worker's failure, offered after a restore, was given back to a cell its loss
+    # at the worker's return had exhausted; the group stayed settled with a cell to run (core fix).
+    (1281, {"faults": ("ops", "stall", "blackhole", "restore")}),
+    # A push sent on a stream whose welcome was lost reached the next stream, whose hello (sent
+    # before it) had released it: frames to a worker are bound to a stream now (script fix).
+    (2458, {"providers": True, "faults": ("ops", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
-    """Stops 44 and 45 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""
+    """Stops 44 to 47 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""
     report = simulation.run_seed(seed, True, **kw)  # raises SimFailure at a broken invariant
     summary = report["summary"]
     # Settled: complete, or with cells out of attempts (6953's cell ran out on its own failures

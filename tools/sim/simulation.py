@@ -334,7 +334,8 @@ class Simulation:
         self.said: dict[WorkerId, tuple] = {}  # what each worker's last heartbeat or hello said it owns
         self.beat_at: dict[WorkerId, int] = {}  # when that was (a StreamsAlive pass counts too)
         self.stats = {"frames_dropped": 0, "frames_duplicated": 0, "late_reports": 0, "rejected": 0,
-                      "pushes": 0, "revokes": 0, "worker_crashes": 0, "partitions": 0, "stale_hellos": 0}
+                      "pushes": 0, "revokes": 0, "worker_crashes": 0, "partitions": 0, "stale_hellos": 0,
+                      "frames_on_old_streams": 0}
         spec_doc = {
             "benchmark": {"name": "sim", "version": "1"},
             "executor": {"kind": "command"},
@@ -480,7 +481,11 @@ class Simulation:
             delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
             self.at(self.now + delay, "to_coord", w.worker_id, w.epoch, self.restarts, frame)
 
-    def send_to_worker(self, wid: WorkerId, frame: tuple) -> None:
+    def send_to_worker(self, wid: WorkerId, frame: tuple, conn: int | None = None) -> None:
+        """A frame on the stream the coordinator has for `wid` (`conn`: the hello's, for its
+        welcome): a worker that has given that stream up for a newer one never reads it (seed
+        2458 with providers and ops,restore: a push sent on a stream whose welcome was lost ran
+        on the next stream, whose hello, sent before the push, released it)."""
         w = self.workers[wid]
         if not (w.alive and w.connected and not w.partitioned):
             return
@@ -493,7 +498,8 @@ class Simulation:
             self.restore_disturbed(wid)
             return
         delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
-        self.at(self.now + delay, "to_worker", wid, w.epoch, frame, self.restarts)
+        self.at(self.now + delay, "to_worker", wid, w.epoch, frame, self.restarts,
+                self.attached.get(wid) if conn is None else conn)
 
     # --- coordinator ------------------------------------------------------------------------
     def apply(self, cmd: object) -> Any:
@@ -634,7 +640,7 @@ class Simulation:
             else:
                 self.attached[wid] = conn
                 self.said[wid], self.beat_at[wid] = owned, self.now
-            self.send_to_worker(wid, ("welcome", incarnation, self.state.epoch))
+            self.send_to_worker(wid, ("welcome", incarnation, self.state.epoch), conn)
         elif kind == "heartbeat":
             self.said[wid], self.beat_at[wid] = frame[1], self.now
             before = self.said_degraded.get(wid, "")
@@ -1225,10 +1231,13 @@ class Simulation:
             elif kind == "to_coord":
                 self.to_coord(*args)
             elif kind == "to_worker":
-                wid, epoch, frame, restarts = args
+                wid, epoch, frame, restarts, conn = args
                 w = self.workers[wid]
                 if self.extra.restore_ms != (0, 0) and restarts != self.restarts:
                     continue  # sent on a stream of a coordinator process that is gone
+                if conn is not None and conn != w.conn:
+                    self.stats["frames_on_old_streams"] += 1
+                    continue
                 if w.alive and w.connected and epoch == w.epoch:
                     self.worker_frame(w, frame)
             elif kind == "heartbeat":

@@ -46,8 +46,13 @@ for i in range(int(sys.argv[3])):
     actor.submit(Request(make=lambda now, i=i: c.WorkerRegistered(now, WorkerId(f"w{i}"), 1, 1, "env"),
                          done=lambda t: done.release()))
     done.acquire()
-    if i % 4 == 3:  # let the snapshot process of this commit be started and meet the limit
-        import time; time.sleep(1.0)
+    if i % 4 == 3:  # let the snapshot process of this commit be started and meet the limit; on
+        import time  # a loaded host it may take longer to die (one kill of three, not three)
+        time.sleep(1.0)
+        for _ in range(300):
+            if actor._snapshot_pending is None:
+                break
+            time.sleep(0.1)
 actor.stop()
 store.close()
 print("committed", int(sys.argv[3]), flush=True)

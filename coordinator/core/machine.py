@@ -457,8 +457,9 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
         cell.throttled += 1
     selectable = is_selectable(report)
     _streak(state, state.workers[cmd.worker_id], attempt.attempt_id, cell, report, selectable, cmd.now_ms)
+    reopened = False  # a group its subject's first success gave failures back to
     if selectable and cell.selected is None:
-        _select(state, run, cell, attempt.attempt_id, cmd.now_ms, fx, f"score {report.score}")
+        reopened = _select(state, run, cell, attempt.attempt_id, cmd.now_ms, fx, f"score {report.score}")
     elif report.throttled:
         fx.append(Emit("cell_throttled", run.run_id, cell.cell_id,
                        f"{cell.throttled} of {run.max_throttled(cell)} throttled attempts: {report.throttled}"))
@@ -473,15 +474,17 @@ def _cell_reported(state: State, cmd: c.CellReported, fx: Fx) -> Outcome:
         _fill(state, cmd.now_ms, fx)
     elif state.epoch and _revoke_if_answered(state, run, assignment, cmd.now_ms, fx):
         return ACCEPTED  # only offers, after a restore, answer a cell an authoritative assignment runs
-    elif run.subject_providers and state.providers[run.provider_by_subject[cell.subject_id]].effective:
-        _fill(state, cmd.now_ms, fx)  # the cell's provider has room again for a waiting group
+    elif reopened or (run.subject_providers and state.providers[run.provider_by_subject[cell.subject_id]].effective):
+        _fill(state, cmd.now_ms, fx)  # a reopened group, or the cell's provider has room again
     return ACCEPTED
 
 
 def _select(state: State, run: RunState, cell: CellState, attempt_id: AttemptId, now: int, fx: Fx,
-            detail: str) -> None:
+            detail: str) -> bool:
     """`attempt_id`'s result is the cell's: counted, and out of its group's running (or, adopted
-    after a restore into a settled group, exhausted) cells."""
+    after a restore into a settled group, exhausted) cells. Its subject's first success gives
+    back the failures quarantined workers burned of it; returns whether that reopened a group
+    (the caller fills the free slots)."""
     cell.selected = attempt_id
     run.selected_cells += 1
     run.subject_selected_ms[cell.subject_id] = now
@@ -492,6 +495,17 @@ def _select(state: State, run: RunState, cell: CellState, attempt_id: AttemptId,
     elif counts is not None and status == GroupStatus.SETTLED:
         counts.exhausted -= 1  # only an adoption selects in a settled group
     fx.append(Emit("cell_selected", run.run_id, cell.cell_id, detail))
+    if not run.withheld:
+        return False
+    reopened = False
+    for tid in run.withheld.pop(cell.subject_id, ()):
+        other = run.cells[state.attempts[tid].cell_id]
+        if other.selected is None:
+            group = run.groups[other.group_index]
+            settled = group.status == GroupStatus.SETTLED
+            _give_back(state, run, other, now)
+            reopened = reopened or (settled and group.status == GroupStatus.WAITING)
+    return reopened
 
 
 def _evidence_rejection(report) -> Outcome | None:
@@ -645,14 +659,16 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
         return LATE
     if run.pin is None:  # the pin was lost with the log's tail: the adopted result's worker fixes it,
         _pin(state, run, worker, cmd.now_ms, fx)  # as a first dispatch would (a result needs a pin)
-    _select(state, run, cell, cmd.attempt_id, cmd.now_ms, fx,
-            f"score {report.score}; recovered from worker {worker.worker_id} after a restore")
+    reopened = _select(state, run, cell, cmd.attempt_id, cmd.now_ms, fx,
+                       f"score {report.score}; recovered from worker {worker.worker_id} after a restore")
     if group.status == GroupStatus.WAITING and not _pending_cells(run, group):
         _unqueue(run, group.index)
         _settle_or_wait(state, run, group, cmd.now_ms, fx)
     elif group.status == GroupStatus.ASSIGNED:
         _revoke_if_answered(state, run, state.assignments[group.assignment], cmd.now_ms, fx)
     _spend_check(state, run, fx)
+    if reopened:
+        _fill(state, cmd.now_ms, fx)
     return ACCEPTED
 
 
@@ -841,9 +857,8 @@ def _streak(state: State, worker: WorkerState, tid, cell: CellState, report, sel
     if worker.quarantined_until_ms:
         # A group it held when quarantined: known broken, given back at once where the subject
         # has succeeded elsewhere (a subject that fails everywhere is the run's problem).
-        run = state.runs[state.attempts[tid].run_id]
-        if run.subject_selected_ms.get(cell.subject_id, -1) >= 0 and not _offered_only(state, tid):
-            _give_back(state, run, cell, now)
+        if not _offered_only(state, tid):
+            _give_back_or_withhold(state, state.runs[state.attempts[tid].run_id], cell, tid, now)
         return
     if not worker.streak:
         worker.streak_started_ms = now
@@ -926,29 +941,51 @@ def _worker_quarantined(state: State, cmd: c.WorkerQuarantined, fx: Fx) -> Outco
     worker.quarantined_until_ms = cmd.now_ms + max(backoff, 1)
     worker.quarantines += 1
     worker.probation = False
-    # Given back: the streak's failures of every subject that has succeeded anywhere (a subject
-    # that never has, a broken one, keeps its attempts counted: they are the run's).
-    given = _forgive(state, _own_failures(state, worker, 0), cmd.now_ms)
+    # Given back: the streak's failures of every subject that has succeeded anywhere. A subject
+    # that never has keeps its attempts counted (a broken one: they are the run's) until it
+    # first succeeds, if it ever does (`_select`).
+    given, withheld = _forgive(state, worker.streak, cmd.now_ms)
     worker.streak = []
     state.version += 1
     _refresh_free(state, worker)
     _quarantine_watch(state)[worker.worker_id] = None
     fx.append(Emit("worker_quarantined", None, worker.worker_id,
                    f"{worker.quarantine_reason}; {given} attempts given back to their cells; "
-                   f"probed again in {max(backoff, 1)} ms"))
+                   + (f"{withheld} more once their subjects first succeed; " if withheld else "")
+                   + f"probed again in {max(backoff, 1)} ms"))
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
 
 
-def _forgive(state: State, streak: list, now: int) -> int:
-    """The streak's attempts no longer count against their cells; a group they had settled
-    waits again. One known only from a restore's offers was forgiven when offered."""
-    streak = [tid for tid in streak if not _offered_only(state, tid)]
+def _forgive(state: State, streak: list, now: int) -> tuple[int, int]:
+    """A quarantined worker's streak: each failure of a subject that has succeeded anywhere no
+    longer counts against its cell (a group it had settled waits again), each of a subject that
+    never has waits for that subject's first success. One known only from a restore's offers was
+    forgiven when offered. Returns how many were given back and how many wait."""
+    given = withheld = 0
     for tid in streak:
+        if _offered_only(state, tid):
+            continue
         attempt = state.attempts[tid]
         run = state.runs[attempt.run_id]
-        _give_back(state, run, run.cells[attempt.cell_id], now)
-    return len(streak)
+        if _give_back_or_withhold(state, run, run.cells[attempt.cell_id], tid, now):
+            given += 1
+        else:
+            withheld += 1
+    return given, withheld
+
+
+def _give_back_or_withhold(state: State, run: RunState, cell: CellState, tid: AttemptId, now: int) -> bool:
+    """A quarantined worker's failure `tid` of `cell`: given back if its subject has succeeded
+    anywhere; otherwise withheld until the subject first succeeds (`_select`): a subject that
+    fails everywhere is the run's problem, and its cells run out (seed 3364 with providers and
+    ops,stall,blackhole: the subject's first success came 0.5 s after the quarantine, and the
+    black hole's failure exhausted a cell)."""
+    if run.subject_selected_ms.get(cell.subject_id, -1) >= 0:
+        _give_back(state, run, cell, now)
+        return True
+    run.withheld.setdefault(cell.subject_id, []).append(tid)
+    return False
 
 
 def _give_back(state: State, run: RunState, cell: CellState, now: int) -> None:

@@ -260,6 +260,9 @@ class RunState:
     # When each subject last had a cell selected (derived from the selections): a worker's
     # failure is its own only where the same subject succeeds elsewhere (machine.py quarantine).
     subject_selected_ms: dict[SubjectId, int] = field(default_factory=dict)
+    # Failures quarantined workers burned of subjects that had not succeeded anywhere: counted
+    # (a broken subject's are the run's) until the subject first succeeds, then given back.
+    withheld: dict[SubjectId, list[AttemptId]] = field(default_factory=dict)
 
     def ready_key(self, index: int) -> int:
         return self.rank[index] if self.order else index
@@ -410,6 +413,7 @@ def durable_view(state: State) -> dict:
             "ready": sorted(run.ready),
             # Only when set, so that the fingerprints of runs in spec order stay what they were.
             **({"order": list(run.order)} if run.order else {}),
+            **({"withheld": sorted(run.withheld.items())} if run.withheld else {}),
             "backoff": sorted(run.backoff),
             "flags": [run.paused, run.blocked_reason, run.active, run.settled_groups, run.dispatches,
                       run.peak_active, run.peak_slots_offered, run.late_reports, run.recovered_ms],

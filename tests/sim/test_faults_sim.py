@@ -101,6 +101,9 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # A push sent on a stream whose welcome was lost reached the next stream, whose hello (sent
     # before it) had released it: frames to a worker are bound to a stream now (script fix).
     (2458, {"providers": True, "faults": ("ops", "restore")}),
+    # A black hole's failure of a subject whose first success came 0.5 s after the quarantine
+    # stayed counted and exhausted its cell; that success gives it back now (core fix).
+    (3364, {"providers": True, "faults": ("ops", "stall", "blackhole")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stops 44 to 47 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""

@@ -162,6 +162,49 @@ def test_a_subject_that_fails_on_every_worker_quarantines_nobody_and_its_cells_r
     k.assert_replays()
 
 
+def test_a_black_holes_failures_of_a_subject_that_first_succeeds_after_its_quarantine_are_given_back_then():
+    """Found by `python -m tools.sim --seed 3364 --check --providers --faults ops,stall,blackhole`:
+    at the quarantine, subject s1 had not succeeded anywhere yet (its provider was slow), so the
+    black hole's failures of it stayed counted, as a broken subject's are, and one exhausted its
+    cell; s1's first success came half a second later. They wait now, and that success gives them
+    back: every cell the black hole failed runs again on the healthy worker."""
+    k = Core(make_spec(tasks=8, subjects=2), make_policy(quarantine_after_failures=BOUND, max_attempts_per_cell=1,
+                                                        quarantine_backoff_ms=60_000))
+    k.register("good")
+    [first] = held_by(k, "good")
+    s0, s1 = sorted(k.attempts_of(first.assignment_id), key=lambda tid: k.attempt(tid).cell_id)
+    k.report(s0, OK)  # s0 has succeeded; good's s1 cell runs on
+    k.register("bad")
+    quarantined = []
+    for _ in range(20):
+        for a in held_by(k, "bad"):
+            k.report_all(a.assignment_id, FAILED)
+        quarantined += [d for t in k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
+                        for d in t.durable if isinstance(d, c.WorkerQuarantined)]
+        if quarantined:
+            break
+    assert quarantined and k.worker("bad").quarantined_until_ms
+    burned = [k.run.cells[cid] for cid in {k.attempt(t).cell_id for t in k.state.attempts
+                                            if k.attempt(t).worker_id == "bad" and k.attempt(t).reported}]
+    of_s1 = [cell for cell in burned if cell.subject_id == "s1"]
+    assert of_s1 and all(counted_attempts(cell) == 1 and cell.selected is None for cell in of_s1), \
+        "s1 never succeeded: its failures stay counted at the quarantine"
+    assert sorted(k.run.withheld) == ["s1"]
+    t = k.report(s1, OK)  # s1's first success
+    assert not k.run.withheld and all(cell.forgiven == 1 for cell in of_s1)
+    assert held_by(k, "good"), "the free slot takes a reopened group at once"
+    for _ in range(200):
+        if k.run.settled:
+            break
+        for a in held_by(k, "good"):
+            k.report_all(a.assignment_id, OK)
+        for a in held_by(k, "bad"):  # what it claimed before the quarantine fails too
+            k.report_all(a.assignment_id, FAILED)
+        k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
+    assert k.run.settled and k.run.selected_cells == 16, k.run.selected_cells
+    k.assert_replays()
+
+
 # --- a worker whose disk is full says so and gets no work ------------------------------------
 
 def test_a_worker_whose_disk_is_full_gets_no_work_until_its_heartbeat_says_it_has_room():

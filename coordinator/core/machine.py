@@ -611,7 +611,8 @@ def _result_offered(state: State, cmd: c.ResultOffered, fx: Fx) -> Outcome:
     problem = _evidence_rejection(report) or _artifacts_rejection(state, report)
     if problem is not None:
         return problem
-    if run.pin is not None and run.run_id not in worker.fits:
+    if run.run_id not in worker.fits:  # pinned or not (a pin lost with the log's tail): the offer
+        # makes an attempt of this worker, and every attempt's worker has measured the run
         return rejected(Rejection.NOT_YET_MEASURED,
                         f"worker {cmd.worker_id} has not measured run {run.run_id} on this stream yet")
     adopt = cell.selected is None and is_selectable(report) and _serves(run, worker)

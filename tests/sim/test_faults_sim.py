@@ -104,6 +104,9 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # A black hole's failure of a subject whose first success came 0.5 s after the quarantine
     # stayed counted and exhausted its cell; that success gives it back now (core fix).
     (3364, {"providers": True, "faults": ("ops", "stall", "blackhole")}),
+    # With the pin lost with the log's tail, a failure offered before the worker measured the run
+    # became an attempt of a worker that had not (core fix; the sim's streams showed it).
+    (2014, {"providers": True, "faults": ("ops", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stops 44 to 47 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""

@@ -245,6 +245,35 @@ def test_a_result_offered_for_a_run_the_backup_never_pinned_pins_it_to_the_offer
     r.assert_replays()
 
 
+@pytest.mark.parametrize("offered", ["selectable", "failed"])
+def test_an_offer_for_a_run_the_backup_never_pinned_waits_for_the_workers_measurement(offered):
+    """With no pin (lost with the log's tail), an offer that came before the worker measured the
+    run on its new stream was taken all the same: a failure offered so became an attempt of a
+    worker that had not measured the run (the core's invariant, `python -m tools.sim --seed 2014
+    --check --providers --faults ops,restore`). It is asked again, as with a pin."""
+    from tests.unit.test_core_quarantine import FAILED
+
+    k = Core(make_spec(tasks=TASKS, subjects=1), make_policy())
+    backup = list(k.log)  # the submit alone
+    k.register("w1", slots=2)
+    after: list[c.ResultOffered] = []
+    for aid in k.held("w1"):
+        kept = _kept(k, aid)
+        k.report_all(aid, OK if offered == "selectable" else FAILED)
+        after.extend(c.ResultOffered(0, o.worker_id, o.attempt_id, o.assignment_id, o.generation,
+                                     k.attempt(o.attempt_id).report) for o in kept)
+    r = _restored(k, backup)
+    assert r.run.pin is None
+    r.auto_measure = False
+    r.register("w1", slots=2, incarnation=1)
+    t = _offer(r, after[0])
+    assert t.outcome.kind == OutcomeKind.REJECTED and t.outcome.rejection == Rejection.NOT_YET_MEASURED, t.outcome
+    assert after[0].attempt_id not in r.state.attempts and r.run.pin is None, "a refused offer changed the state"
+    r.measure("w1")
+    assert _offer(r, after[0]).outcome == (ACCEPTED if offered == "selectable" else LATE)
+    r.assert_replays()
+
+
 def test_a_restore_rebuilds_a_broken_workers_streak_from_its_offers_and_gives_each_attempt_back_once():
     """A black hole's streak lives in the log's tail: a restore loses it with the reports. The
     worker offers its failures back in the order it had them, they rebuild the streak, and the

@@ -142,7 +142,8 @@ def hello_command(worker_id: WorkerId, hello: coordinator_pb2.Hello, environment
     buffered = tuple(AttemptId(a) for a in hello.buffered_attempt_ids)
     return lambda now: c.WorkerRegistered(
         now, worker_id, hello.incarnation, hello.slots, hello.environment_id, hello.cpu_millis, hello.memory_mb,
-        owned=owned, buffered=buffered, cell_environment_id=hello.cell_environment_id, environment=environment)
+        owned=owned, buffered=buffered, cell_environment_id=hello.cell_environment_id, environment=environment,
+        degraded=hello.degraded[:ID_CHARS_MAX])  # as a heartbeat's, cut to the bound
 
 
 def require_digest(value: str) -> str:

@@ -767,6 +767,9 @@ class WorkerSession:
         return "welcomed" if welcomed else "failed"
 
     async def _hello_welcome(self, s: _Stream) -> Any:
+        reason = await asyncio.to_thread(self._room)  # the hello says the disk is full: a
+        if reason or not self._outcomes_waiting:  # coordinator restored from an older backup
+            self._set_degraded(reason)  # would dispatch to it at the registration otherwise
         await s.write_first("hello", self._hello(s.number))
         return await s.call.read()
 
@@ -795,6 +798,7 @@ class WorkerSession:
             protocol_version=PROTOCOL_VERSION,
             software_version=self._version,
             stream=stream,
+            degraded=self.degraded,
         )
 
     async def _on_welcome(self, s: _Stream, welcome: coordinator_pb2.Welcome) -> None:

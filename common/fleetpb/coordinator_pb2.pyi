@@ -75,7 +75,7 @@ class PendingUpload(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., total_length: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "incarnation", "slots", "cpu_millis", "memory_mb", "environment", "environment_id", "owned_assignment_ids", "buffered_attempt_ids", "pending_uploads", "protocol_version", "software_version", "cell_environment_id", "stream")
+    __slots__ = ("worker_id", "incarnation", "slots", "cpu_millis", "memory_mb", "environment", "environment_id", "owned_assignment_ids", "buffered_attempt_ids", "pending_uploads", "protocol_version", "software_version", "cell_environment_id", "stream", "degraded")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +90,7 @@ class Hello(_message.Message):
     SOFTWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
     CELL_ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     incarnation: int
     slots: int
@@ -104,7 +105,8 @@ class Hello(_message.Message):
     software_version: str
     cell_environment_id: str
     stream: int
-    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., environment: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., environment_id: _Optional[str] = ..., owned_assignment_ids: _Optional[_Iterable[str]] = ..., buffered_attempt_ids: _Optional[_Iterable[str]] = ..., pending_uploads: _Optional[_Iterable[_Union[PendingUpload, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., software_version: _Optional[str] = ..., cell_environment_id: _Optional[str] = ..., stream: _Optional[int] = ...) -> None: ...
+    degraded: str
+    def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., environment: _Optional[_Iterable[_Union[_common_pb2.EnvironmentComponent, _Mapping]]] = ..., environment_id: _Optional[str] = ..., owned_assignment_ids: _Optional[_Iterable[str]] = ..., buffered_attempt_ids: _Optional[_Iterable[str]] = ..., pending_uploads: _Optional[_Iterable[_Union[PendingUpload, _Mapping]]] = ..., protocol_version: _Optional[int] = ..., software_version: _Optional[str] = ..., cell_environment_id: _Optional[str] = ..., stream: _Optional[int] = ..., degraded: _Optional[str] = ...) -> None: ...
 
 class RunEnvironment(_message.Message):
     __slots__ = ("run_id", "components")

@@ -33,7 +33,7 @@ class LogRecord(_message.Message):
         order: _containers.RepeatedScalarFieldContainer[int]
         def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[str] = ..., policy: _Optional[str] = ..., manifest: _Optional[_Mapping[str, str]] = ..., worker_keys: _Optional[_Iterable[str]] = ..., order: _Optional[_Iterable[int]] = ...) -> None: ...
     class WorkerRegistered(_message.Message):
-        __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered", "cell_environment_id", "environment")
+        __slots__ = ("worker_id", "incarnation", "slots", "environment_id", "cpu_millis", "memory_mb", "owned", "buffered", "cell_environment_id", "environment", "degraded")
         class EnvironmentEntry(_message.Message):
             __slots__ = ("key", "value")
             KEY_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class LogRecord(_message.Message):
         BUFFERED_FIELD_NUMBER: _ClassVar[int]
         CELL_ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
         ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+        DEGRADED_FIELD_NUMBER: _ClassVar[int]
         worker_id: str
         incarnation: int
         slots: int
@@ -61,7 +62,8 @@ class LogRecord(_message.Message):
         buffered: _containers.RepeatedScalarFieldContainer[str]
         cell_environment_id: str
         environment: _containers.ScalarMap[str, str]
-        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., environment_id: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., owned: _Optional[_Iterable[str]] = ..., buffered: _Optional[_Iterable[str]] = ..., cell_environment_id: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ...) -> None: ...
+        degraded: str
+        def __init__(self, worker_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., slots: _Optional[int] = ..., environment_id: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_mb: _Optional[int] = ..., owned: _Optional[_Iterable[str]] = ..., buffered: _Optional[_Iterable[str]] = ..., cell_environment_id: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., degraded: _Optional[str] = ...) -> None: ...
     class CellReported(_message.Message):
         __slots__ = ("worker_id", "attempt_id", "assignment_id", "generation", "report")
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -55,6 +55,7 @@ class WorkerRegistered:
     buffered: tuple[AttemptId, ...] = ()  # attempts whose reports wait in its outbox
     cell_environment_id: str = ""  # common/identity.py: what subjects and verifiers see
     environment: Manifest = ()  # the Hello's measured, spec-independent components
+    degraded: str = ""  # why it starts no new cell now (its disk full), as a heartbeat says
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,6 +194,8 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
                         f"slots must be between 1 and {limits.SLOTS_PER_WORKER_MAX}, not {cmd.slots}")
     if not cmd.environment_id:
         return rejected(Rejection.ENVIRONMENT_MISMATCH, "the worker sent no environment identity")
+    if len(cmd.degraded) > limits.ID_CHARS_MAX:
+        return rejected(Rejection.MALFORMED_FRAME, f"a degraded reason of {len(cmd.degraded)} characters")
     existing = state.workers.get(cmd.worker_id)
     if existing is not None and cmd.incarnation < existing.incarnation:
         return rejected(Rejection.INCARNATION_STALE,
@@ -232,6 +234,10 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     state.soft.contact_ms[worker.worker_id] = cmd.now_ms
     worker.left_ms = 0
     state.soft.stream_ended_ms.pop(worker.worker_id, None)  # back (within the grace or not)
+    if cmd.degraded != worker.degraded:  # its word of its disk, before anything is dispatched to it
+        worker.degraded = cmd.degraded  # (a restored coordinator may not have heard of a full disk)
+        fx.append(Emit("worker_degraded", None, worker.worker_id, f"no new work: {cmd.degraded}") if cmd.degraded
+                  else Emit("worker_undegraded", None, worker.worker_id, "takes work again"))
     _liveness_moved(state)  # a new worker, or one whose status was set above
     state.version += 1
     for run in state.runs.values():

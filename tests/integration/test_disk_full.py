@@ -161,3 +161,34 @@ def test_a_worker_whose_disk_fills_starts_nothing_it_could_not_keep_and_goes_on_
         assert "no new cell starts" in worker.log_path.read_text()
     finally:
         cluster.stop_all()
+
+
+def test_a_worker_that_starts_with_its_disk_full_says_so_in_its_hello_and_gets_nothing(
+        tmp_path: Path, small_disk: Path) -> None:
+    """A worker whose disk is short at its hello says so there: the registration dispatches it
+    nothing (before, the first group came with the registration, before the first heartbeat
+    said the disk was full, and waited on that worker for room; a coordinator restored from a
+    backup older than the full disk did the same). Once there is room it takes work."""
+    cluster = Cluster(tmp_path / "cluster")
+    (cluster.root / "workers").mkdir(parents=True)
+    (small_disk / "w1").mkdir()
+    (cluster.root / "workers" / "w1").symlink_to(small_disk / "w1")
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * ((DISK_MB - 36) << 20))  # 36 MiB left, under the worker's 40
+    try:
+        cluster.start_coordinator()
+        run_id = cluster.submit(intbench_spec(4, subjects=("good",)), FAST_POLICY)
+        worker = cluster.start_worker("w1", slots=2, extra=("--min-free-mb", "40"))
+        seen = []
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            assert worker.alive(), cluster.tails()
+            seen += [(w.get("degraded") or "", w.get("busy_slots", 0)) for w in cluster.status()["workers"]]
+            time.sleep(0.05)
+        assert seen and seen[0][0], f"its registration did not say the disk was short: {seen[:3]}\n" + cluster.tails()
+        assert all(busy == 0 for _, busy in seen), f"a group went to the worker whose disk is full: {seen}"
+        filler.unlink()
+        final = cluster.wait_settled(run_id, timeout_s=60)
+        assert final["summary"]["state"] == "complete" and final["summary"]["selected"] == 4, cluster.tails()
+    finally:
+        cluster.stop_all()

@@ -249,10 +249,10 @@ class Core:
 
     def register(self, wid: str, slots: int = 1, incarnation: int = 1, env: str = ENV, *,
                  cpu_millis: int = 0, memory_mb: int = 0, owned: tuple = (), buffered: tuple = (),
-                 environment: tuple = (("python.version", "3.11.7"),)) -> Transition:
+                 environment: tuple = (("python.version", "3.11.7"),), degraded: str = "") -> Transition:
         return self.apply(c.WorkerRegistered(self.now, WorkerId(wid), incarnation, slots, env,
                                              cpu_millis=cpu_millis, memory_mb=memory_mb, owned=tuple(owned),
-                                             buffered=tuple(buffered), environment=environment))
+                                             buffered=tuple(buffered), environment=environment, degraded=degraded))
 
     def heartbeat(self, wid: str, owned: tuple | None = None) -> Transition:
         """A heartbeat listing what the worker holds, unless `owned` says otherwise."""

@@ -236,6 +236,28 @@ def test_a_worker_whose_disk_is_full_gets_no_work_until_its_heartbeat_says_it_ha
     k.assert_replays()
 
 
+def test_a_hello_that_says_the_disk_is_full_registers_the_worker_without_work():
+    """The hello says it too (Hello.degraded): a coordinator that had not heard of the full disk
+    (restored from an older backup, or the worker's first stream) dispatches it nothing at the
+    registration; a later hello or heartbeat with room gives it work at once."""
+    from common.rejections import Rejection
+    from coordinator.core.state import durable_fingerprint
+    from tests.unit.core_helpers import Core, make_policy, make_spec, pushes
+
+    k = Core(make_spec(tasks=4, subjects=1), make_policy())
+    t = k.register("full", slots=1, degraded="the disk is full")
+    assert t.outcome.ok and k.worker("full").degraded == "the disk is full"
+    assert pushes(t) == [] and k.held("full") == [] and "full" not in k.state.free_workers
+    assert any(getattr(e, "event", "") == "worker_degraded" for e in t.effects)
+    before = durable_fingerprint(k.state)
+    t = k.register("full", slots=1, incarnation=2, degraded="x" * 10_000)
+    assert t.outcome.rejection == Rejection.MALFORMED_FRAME and durable_fingerprint(k.state) == before
+    t = k.register("full", slots=1, incarnation=2)  # a new process, with room: its word stands
+    assert k.worker("full").degraded == "" and [p.worker_id for p in pushes(t)] == ["full"]
+    assert any(getattr(e, "event", "") == "worker_undegraded" for e in t.effects)
+    k.assert_replays()
+
+
 def test_a_suspected_worker_whose_heartbeat_says_its_disk_is_full_is_resumed_without_work():
     """Found by `python -m tools.sim --seeds 0-299 --check --faults ops` (the operator and full
     disks): the heartbeat's resume filled the worker's free slot before its word of a full disk

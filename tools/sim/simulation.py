@@ -625,7 +625,7 @@ class Simulation:
         kind = frame[0]
         w = self.workers[wid]
         if kind == "hello":
-            _, incarnation, owned, buffered, conn = frame
+            _, incarnation, owned, buffered, conn, degraded = frame
             newer = self.hellos.stale(wid, incarnation, conn)
             if newer:
                 # The servicer refuses it (SESSION_STALE) before the core hears of it, and
@@ -636,10 +636,13 @@ class Simulation:
             # The servicer's session on this stream exists before the core hears of the hello:
             # what the registration sends (a run to measure, a group) goes on it.
             self.attached[wid] = conn
-            out = self.apply(c.WorkerRegistered(self.now, wid, incarnation, w.slots, ENV_ID,
-                                                owned=owned, buffered=buffered, environment=WORKER_ENVIRONMENT))
+            before = self.said_degraded.get(wid, "")
+            self.said_degraded[wid] = degraded  # what the registration's dispatch must heed
+            out = self.apply(c.WorkerRegistered(self.now, wid, incarnation, w.slots, ENV_ID, owned=owned,
+                                                buffered=buffered, environment=WORKER_ENVIRONMENT, degraded=degraded))
             if not out.ok:
                 self.note(f"coord refused hello {wid}: {out.detail}")
+                self.said_degraded[wid] = before
             else:
                 self.said[wid], self.beat_at[wid] = owned, self.now
             self.send_to_worker(wid, ("welcome", incarnation, self.state.epoch), conn)
@@ -818,7 +821,8 @@ class Simulation:
         w.conn += 1
         owned = w.proto.hello_owned()
         buffered = tuple(w.outbox)
-        self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered, w.conn))
+        self.send_to_coordinator(w, ("hello", w.incarnation, owned, buffered, w.conn,
+                                     self.degraded_reason.get(w.worker_id, "")))
         # As the real worker: the outbox goes out after the welcome (its epoch decides what is an
         # offer), and a stream whose welcome does not come is given up for another.
         self.at(self.now + WELCOME_TIMEOUT_MS, "welcome_due", w.worker_id, w.epoch, w.conn)
@@ -1385,9 +1389,8 @@ class Simulation:
                     self.at(self.now + 1_000, "restore")
             elif kind == "coord_up_restored":
                 self.coordinator_up = True
-                # The backup's word of each disk is what the core knows now (a heartbeat since
-                # then says more; until it comes, a group may go to a worker whose disk is full).
-                self.said_degraded = {wid: w.degraded for wid, w in self.state.workers.items()}
+                # The backup's word of a disk may be older than a worker's full disk: its hello
+                # says it, before the registration can dispatch to it (so said_degraded stands).
                 self.apply(c.CoordinatorRecovered(self.now))
                 self.apply(c.CoordinatorRestored(self.now, f"backup-{self.seed}",
                                                  f"r{self.extra_stats['restores']}"))

@@ -25,7 +25,7 @@ class _StaleHello(Simulation):
             running = [aid for aid, cells in w.cells.items() if cells]
             if running:
                 self.injected = (w.worker_id, running[0])
-                self.coordinator_frame(w.worker_id, ("hello", w.incarnation, (), (), w.conn - 1))
+                self.coordinator_frame(w.worker_id, ("hello", w.incarnation, (), (), w.conn - 1, ""))
 
 
 def _runs() -> list[_StaleHello]:

@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.faults:
             for k in ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes", "restores",
                       "lost_records", "lost_acked", "adopted", "offers_late", "run_again", "answered_revokes",
-                      "degraded", "drains", "grants", "grants_refused", "cap_pauses", "cap_raises"):
+                      "degraded", "drains", "goodbyes", "grants", "grants_refused", "cap_pauses", "cap_raises",
+                      "releases"):
                 if k in report["extra_faults"]:
                     totals[k] = totals.get(k, 0) + report["extra_faults"][k]
     elapsed = time.perf_counter() - started

@@ -110,6 +110,9 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # A restore cut a black hole's streak that a lost tick had found due; the core's rebuilt one
     # was never due by what came back: the restore now ends the check's streak (checker fix).
     (1598, {"faults": ("stall", "blackhole", "restore")}),
+    # A drain that a restore lost: the core pushed a group to the drained worker, which ran it
+    # after its goodbye; it drains in its protocol now, and hands such a group back (script fix).
+    (6021, {"faults": ("ops", "stall", "blackhole", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stops 44 to 47 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""

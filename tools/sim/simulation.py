@@ -574,6 +574,8 @@ class Simulation:
                 continue  # its cells really ran past the deadline (the straggler fault): not the stall's doing
             if e.detail == ANSWERED_BY_OFFERS:
                 continue  # every cell it ran has a result: none runs again
+            if e.detail == "worker gone" and not running:
+                continue  # it said goodbye: a group pushed since was handed back unstarted
             self.stall_failure(f"assignment {e.subject} of {a.worker_id}, alive and connected throughout a "
                                f"stall, superseded ({e.detail}) after {type(cmd).__name__}: its cells run twice")
 
@@ -1095,10 +1097,13 @@ class Simulation:
             elif w.cells or w.proto.held or w.outbox:
                 self.at(self.now + 500, "drain_exit", w.worker_id)
             else:
-                # As the real worker: a Goodbye, then it exits once that is acknowledged or its
-                # wait is over (the frame may be lost: the stream's end says it then).
+                # Its host stops it (SIGTERM): as the real worker, it drains (a group pushed now
+                # is handed back unstarted: a restore may have lost the drain), says goodbye, and
+                # exits once that is acknowledged or its wait is over (the frame may be lost:
+                # the stream's end says it then).
                 self.note(f"{w.worker_id} holds nothing: says goodbye and exits, drained")
                 del self.drained[w.worker_id]
+                self.worker_step(w, wp.DrainStarted())
                 self.send_to_coordinator(w, ("goodbye",))
                 self.at(self.now + self.extra_rng.randint(5, 200), "crash", w.worker_id)  # its host starts it again
         elif kind == "grant":

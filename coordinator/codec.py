@@ -124,7 +124,8 @@ def frame_command(kind: str, body: Any, worker_id: WorkerId, incarnation: int) -
         return report_command(worker_id, body)
     if kind == "group_finished":
         aid = AssignmentId(require_id(body.assignment_id, "assignment_id"))
-        return lambda now: c.GroupFinished(now, worker_id, aid)
+        unstarted = body.reason == "not_started"
+        return lambda now: c.GroupFinished(now, worker_id, aid, unstarted)
     if kind == "run_environment":
         run_id = RunId(require_id(body.run_id, "run_id"))
         measured = decode_manifest(body.components, "the run environment")

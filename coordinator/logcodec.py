@@ -59,6 +59,12 @@ def _str(value: Any, where: str) -> str:
     return value
 
 
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise LogCodecError(f"{where}: expected a bool, got {type(value).__name__}")
+    return value
+
+
 def _float(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LogCodecError(f"{where}: expected a number, got {type(value).__name__}")
@@ -180,6 +186,9 @@ def _field_codec(cls: type, fd: FieldDescriptor) -> tuple[Encoder, Decoder]:
                 lambda m, w: getattr(m, name))
     if fd.type == FieldDescriptor.TYPE_INT64 and not fd.is_repeated:
         return (lambda m, v, w: setattr(m, name, _int(v, w)),
+                lambda m, w: getattr(m, name))
+    if fd.type == FieldDescriptor.TYPE_BOOL and not fd.is_repeated:
+        return (lambda m, v, w: setattr(m, name, _bool(v, w)),
                 lambda m, w: getattr(m, name))
     if fd.type == FieldDescriptor.TYPE_DOUBLE and fd.has_presence and not fd.is_repeated:
         # optional double: None when absent, never zero.

@@ -255,7 +255,7 @@ class SendGroupFinished:
     """On the open stream; say `GroupFinishedAnswered` when it is answered."""
 
     assignment_id: AssignmentId
-    reason: str  # "completed" or "handed_back"
+    reason: str  # "completed", "handed_back" or "not_started" (Held.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +292,7 @@ class Held:
     running: bool = False
     revoked: bool = False
     handed_back: bool = False  # given up without running (an orphan, a push during drain)
+    unstarted: bool = False  # a push during drain: handed back before any of its cells started
     dead: int = 0  # entries dead-lettered
     finishing: _Finishing = _Finishing.NO
 
@@ -313,6 +314,8 @@ class Held:
 
     @property
     def reason(self) -> str:
+        if self.unstarted:
+            return "not_started"  # its attempts count against nothing: no cell of it ran
         return "handed_back" if self.handed_back or self.dead else "completed"
 
 
@@ -384,7 +387,7 @@ class WorkerProtocol:
         held = self.held[e.assignment_id] = Held(e.assignment_id, run_id, cells=cells, cells_left=cells)
         if self.draining:
             held.cells_left = 0
-            held.handed_back = True
+            held.handed_back = held.unstarted = True
             return self._finish_if_ready(held)
         held.running = True
         return [StartGroup(e.assignment_id)]

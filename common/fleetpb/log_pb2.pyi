@@ -85,12 +85,14 @@ class LogRecord(_message.Message):
         size_bytes: int
         def __init__(self, digest: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
     class GroupFinished(_message.Message):
-        __slots__ = ("worker_id", "assignment_id")
+        __slots__ = ("worker_id", "assignment_id", "unstarted")
         WORKER_ID_FIELD_NUMBER: _ClassVar[int]
         ASSIGNMENT_ID_FIELD_NUMBER: _ClassVar[int]
+        UNSTARTED_FIELD_NUMBER: _ClassVar[int]
         worker_id: str
         assignment_id: str
-        def __init__(self, worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ...) -> None: ...
+        unstarted: bool
+        def __init__(self, worker_id: _Optional[str] = ..., assignment_id: _Optional[str] = ..., unstarted: _Optional[bool] = ...) -> None: ...
     class RunPaused(_message.Message):
         __slots__ = ("run_id",)
         RUN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -130,6 +130,7 @@ class GroupFinished:
     now_ms: int
     worker_id: WorkerId
     assignment_id: AssignmentId
+    unstarted: bool = False  # handed back before any of its cells started: they count for nothing
 
 
 @dataclass(frozen=True, slots=True)

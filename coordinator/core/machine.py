@@ -737,6 +737,14 @@ def _group_finished(state: State, cmd: c.GroupFinished, fx: Fx) -> Outcome:
         return rejected(Rejection.NOT_OWNER, f"assignment {cmd.assignment_id} belongs to {assignment.worker_id}")
     if not assignment.authoritative:
         return DUPLICATE
+    attempts = [state.attempts[tid] for tid in assignment.attempts]
+    if cmd.unstarted and not any(a.reported for a in attempts):
+        # Handed back before any of its cells started (pushed while the worker drained): nothing
+        # ran, nothing was paid for, so its attempts count against nothing (a report of one would
+        # say a cell ran: then the word is not taken).
+        run = state.runs[assignment.run_id]
+        for a in attempts:
+            run.cells[a.cell_id].forgiven += 1
     _release(state, assignment, cmd.now_ms, "finished by the worker", fx)
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED

@@ -50,7 +50,9 @@ class CellState:
     selected: AttemptId | None = None
     grants: int = 0  # extra attempts granted by an operator (`fleetctl retry`)
     throttled: int = 0  # attempts the provider throttled: not counted against maxAttemptsPerCell
-    forgiven: int = 0  # attempts a quarantined worker burned (issue 23): not counted either
+    # Attempts not counted either: a quarantined worker burned them (issue 23), a restore's offer
+    # brought them, or they were handed back before they started (a group pushed during a drain).
+    forgiven: int = 0
 
 
 @fast_pickle

@@ -8,7 +8,7 @@ from __future__ import annotations
 from common.evidence import Cleanup, Execution, Usage, Verification
 from common.ids import WorkerId
 from coordinator.core import commands as c
-from coordinator.core.state import WorkerStatus, counted_attempts
+from coordinator.core.state import GroupStatus, WorkerStatus, counted_attempts
 from tests.unit.core_helpers import HEARTBEAT_MS, OK, Core, make_policy, make_report, make_spec
 
 FAILED = make_report(Execution.NOT_STARTED, Verification.NOT_RUN, Usage.MISSING, Cleanup.CONFIRMED,
@@ -203,6 +203,53 @@ def test_a_black_holes_failures_of_a_subject_that_first_succeeds_after_its_quara
         k.clock(k.now + HEARTBEAT_MS, alive=("good", "bad"))
     assert k.run.settled and k.run.selected_cells == 16, k.run.selected_cells
     k.assert_replays()
+
+
+# --- a group handed back before it started counts for nothing --------------------------------
+
+def test_a_group_handed_back_unstarted_costs_its_cells_no_attempt():
+    """A group pushed to a worker that is draining (stopped by its host, the push already on its
+    way) is handed back before any cell starts (GroupFinished "not_started"): nothing ran, so
+    none of its cells loses an attempt. Before, each lost one: with maxAttemptsPerCell 1, the
+    whole group ended exhausted without ever running. The word is not taken from an assignment
+    that reported a cell."""
+    from tests.unit.core_helpers import Core, make_policy, make_spec
+
+    k = Core(make_spec(tasks=2, subjects=2), make_policy(max_attempts_per_cell=1))
+    k.register("w1")
+    [a] = held_by(k, "w1")
+    cells = [k.run.cells[k.attempt(t).cell_id] for t in k.attempts_of(a.assignment_id)]
+    t = k.apply(c.GroupFinished(k.now, WorkerId("w1"), a.assignment_id, unstarted=True))
+    assert t.outcome.ok and all(cell.forgiven == 1 and counted_attempts(cell) == len(cell.attempts) - 1
+                                for cell in cells)
+    group = k.run.groups[cells[0].group_index]
+    assert group.status != GroupStatus.SETTLED, "its cells ran out of attempts without running"
+    [again] = held_by(k, "w1")  # the freed slot takes it (or the other group) at once
+    tids = k.attempts_of(again.assignment_id)
+    k.report(tids[0], OK)  # a cell of it ran: "not started" is not its word
+    k.apply(c.GroupFinished(k.now, WorkerId("w1"), again.assignment_id, unstarted=True))
+    other = k.run.cells[k.attempt(tids[1]).cell_id]
+    assert counted_attempts(other) == len(other.attempts) - other.forgiven and k.attempt(tids[1]).lost
+    assert other.forgiven == (1 if other in cells else 0), "a group that reported a cell was forgiven"
+    k.assert_replays()
+
+
+def test_the_wire_says_not_started_and_a_full_disk_as_the_commands_hear_them():
+    """The servicer's codec: GroupFinished.reason "not_started" (and only it) makes the command
+    unstarted; Hello.degraded is carried, cut to the id bound as a heartbeat's is."""
+    from common import limits
+    from common.fleetpb import coordinator_pb2
+    from coordinator import codec
+
+    def finished(reason: str) -> c.GroupFinished:
+        body = coordinator_pb2.GroupFinished(assignment_id="run-1:t0/r1:g1", reason=reason)
+        return codec.frame_command("group_finished", body, WorkerId("w1"), 1)(5)
+
+    assert finished("not_started").unstarted
+    assert not finished("handed_back").unstarted and not finished("completed").unstarted
+    hello = coordinator_pb2.Hello(worker_id="w1", incarnation=1, slots=1, environment_id="env",
+                                  degraded="d" * (limits.ID_CHARS_MAX + 50))
+    assert codec.hello_command(WorkerId("w1"), hello, ())(5).degraded == "d" * limits.ID_CHARS_MAX
 
 
 # --- a worker whose disk is full says so and gets no work ------------------------------------

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in ("stalls", "stall_frames", "blackhole_failures", "quarantines", "probes", "restores",
                       "lost_records", "lost_acked", "adopted", "offers_late", "run_again", "answered_revokes",
                       "degraded", "drains", "goodbyes", "grants", "grants_refused", "cap_pauses", "cap_raises",
-                      "releases"):
+                      "releases", "unstarted"):
                 if k in report["extra_faults"]:
                     totals[k] = totals.get(k, 0) + report["extra_faults"][k]
     elapsed = time.perf_counter() - started

@@ -437,7 +437,7 @@ class Simulation:
         self.cap_raise_due = False
         if "ops" in self.extra_names:
             self.extra_stats |= {"degraded": 0, "drains": 0, "goodbyes": 0, "grants": 0, "grants_refused": 0,
-                                 "cap_pauses": 0, "cap_raises": 0, "releases": 0}
+                                 "cap_pauses": 0, "cap_raises": 0, "releases": 0, "unstarted": 0}
         if "restore" in self.extra_names:
             self.extra_stats |= {"restores": 0, "lost_records": 0, "lost_acked": 0, "adopted": 0,
                                  "offers_late": 0, "run_again": 0, "answered_revokes": 0}
@@ -708,13 +708,18 @@ class Simulation:
                     run = self.state.runs[attempt.run_id]
                     self.other_subject_selectable_ms[run.cells[attempt.cell_id].subject_id] = self.now
             self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
+        elif kind == "drain_notice":
+            out = self.apply(c.WorkerDrained(self.now, wid))
+            self.note(f"coord hears {wid} drains: {out.kind.name}")
         elif kind == "goodbye":
             out = self.apply(c.WorkerGone(self.now, wid))
             self.note(f"coord hears {wid}'s goodbye: {out.kind.name}")
             if out.ok:
                 self.extra_stats["goodbyes"] += 1
         elif kind == "finished":
-            out = self.apply(c.GroupFinished(self.now, wid, frame[1]))
+            out = self.apply(c.GroupFinished(self.now, wid, frame[1], frame[2] == "not_started"))
+            if out.ok and frame[2] == "not_started":
+                self.extra_stats["unstarted"] += 1  # pushed during a drain: counted for nothing
             if out.rejection == Rejection.UNKNOWN_ASSIGNMENT and self.state.epoch:
                 pass  # issued before a restore that lost it: the worker finishes it locally
             elif out.kind == OutcomeKind.REJECTED:
@@ -782,7 +787,7 @@ class Simulation:
             elif isinstance(action, wp.SendGroupFinished):
                 w.finishing[action.assignment_id] = action.reason
                 w.sent_at["finish:" + action.assignment_id] = self.now
-                self.send_to_coordinator(w, ("finished", action.assignment_id))
+                self.send_to_coordinator(w, ("finished", action.assignment_id, action.reason))
             elif isinstance(action, wp.FinishAssignment):
                 if self.check:
                     bad = self.worker_problems(w, action)
@@ -855,7 +860,7 @@ class Simulation:
             key = "finish:" + aid
             if force or self.now - w.sent_at.get(key, -RESEND_MS) >= RESEND_MS:
                 w.sent_at[key] = self.now
-                self.send_to_coordinator(w, ("finished", aid))
+                self.send_to_coordinator(w, ("finished", aid, w.finishing[aid]))
 
     def start_group(self, w: SimWorker, push: PushAssignment) -> None:
         """The executors start every cell of the push; each ends at its drawn time (`cell_done`)."""
@@ -1082,6 +1087,17 @@ class Simulation:
             self.note(f"{args[0]} disk {'full' if args[1] else 'has room again'}")
         elif not self.coordinator_up and kind != "drain_exit":
             self.at(self.now + 1_000, kind, *args)
+        elif kind == "drain" and self.extra_rng.random() < 0.5:
+            # Its host stops it (SIGTERM): the worker drains itself (a group pushed from now on is
+            # handed back unstarted) and says so in a DrainNotice; the rest is an admin drain's.
+            w = self.workers[args[0]]
+            if w.alive:
+                self.note(f"{w.worker_id} stopped by its host: drains")
+                self.worker_step(w, wp.DrainStarted())
+                self.send_to_coordinator(w, ("drain_notice",))
+                self.extra_stats["drains"] += 1
+                self.drained[w.worker_id] = w.incarnation
+                self.at(self.now + 500, "drain_exit", w.worker_id)
         elif kind == "drain":
             w = self.workers[args[0]]
             out = self.apply(c.WorkerDrained(self.now, w.worker_id))

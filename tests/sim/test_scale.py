@@ -24,7 +24,9 @@ def test_a_scaled_run_holds_every_invariant_through_crashes_partitions_and_resta
     assert acc["selected"] > 9_500, "only cells out of attempts may stay incomplete"
     assert faults["coordinator_restarts"] == 2
     assert faults["worker_crashes"] >= 5 and faults["partitions"] >= 5
-    assert inv["incremental_checks"] == report["durable_records"] > 0
+    # One check after every command that wrote to the log (a tick may write several records).
+    assert inv["incremental_checks"] == report["durable_commands"] > 0
+    assert report["durable_records"] >= report["durable_commands"]
     # Every restart recovered from a snapshot and a tail shorter than the log.
     assert all(0 < tail < report["durable_records"] for tail in inv["restart_tail_records"])
     assert inv["checkpoints_by_reason"]["after a coordinator restart"] == 2

@@ -83,6 +83,7 @@ class ScaleSimulation(Simulation):
         self.checkpoint_reasons: dict[str, int] = {}
         self.restart_tails: list[int] = []
         self.injected: dict[str, int] = {}
+        self.durable_commands = 0  # commands whose step wrote to the log (one or more records)
 
     # --- the coordinator ----------------------------------------------------------------------
     def apply(self, cmd: object) -> Any:
@@ -98,6 +99,7 @@ class ScaleSimulation(Simulation):
         kind[1] += t1 - t0
         if t.durable:
             self.log.extend(t.durable)
+            self.durable_commands += 1
             if self.check:
                 bad = self.inc.observe(self.state, cmd, t)
                 self.check_ns += time.thread_time_ns() - t1
@@ -268,6 +270,7 @@ def run_scale(seed: int, *, check: bool = True, **sizes: Any) -> dict:
                      "snapshot_every_records": sim.snapshot_every, "check": check},
         "commands": n,
         "durable_records": len(sim.log),
+        "durable_commands": sim.durable_commands,
         "elapsed_virtual_ms": sim.now,
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),

@@ -330,6 +330,7 @@ class Simulation:
         self.restarts = 0
         # The coordinator's side of each session: the stream (worker conn) whose hello it accepted.
         self.attached: dict[WorkerId, int] = {}
+        self.stream_due: dict[tuple, int] = {}  # a stream's last frame's arrival (`in_order`)
         self.hellos = HelloStreams()  # the edge's check of a hello delayed past a newer stream
         self.said: dict[WorkerId, tuple] = {}  # what each worker's last heartbeat or hello said it owns
         self.beat_at: dict[WorkerId, int] = {}  # when that was (a StreamsAlive pass counts too)
@@ -479,7 +480,18 @@ class Simulation:
         self.stats["frames_duplicated"] += copies - 1
         for _ in range(copies):
             delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
-            self.at(self.now + delay, "to_coord", w.worker_id, w.epoch, self.restarts, frame, w.conn)
+            self.at(self.in_order(("up", w.worker_id, w.conn), delay), "to_coord", w.worker_id, w.epoch,
+                    self.restarts, frame, w.conn)
+
+    def in_order(self, stream: tuple, delay: int) -> int:
+        """When a frame sent now with `delay` arrives: never before one sent earlier on the same
+        stream (a gRPC stream keeps its order; streams do not keep theirs between them). The
+        jitter reordered a worker's offers, which come in the order it finished them, and a
+        success offered after its failures ended the black hole's rebuilt streak first (seed
+        6233 with ops,stall,blackhole,restore)."""
+        when = max(self.now + delay, self.stream_due.get(stream, 0))
+        self.stream_due[stream] = when
+        return when
 
     def send_to_worker(self, wid: WorkerId, frame: tuple, conn: int | None = None) -> None:
         """A frame on the stream the coordinator has for `wid` (`conn`: the hello's, for its
@@ -498,8 +510,9 @@ class Simulation:
             self.restore_disturbed(wid)
             return
         delay = 1 + self.rng.randint(0, self.faults.jitter_ms if self.faulty() else 5)
-        self.at(self.now + delay, "to_worker", wid, w.epoch, frame, self.restarts,
-                self.attached.get(wid) if conn is None else conn)
+        conn = self.attached.get(wid) if conn is None else conn
+        self.at(self.in_order(("down", wid, conn, self.restarts), delay), "to_worker", wid, w.epoch, frame,
+                self.restarts, conn)
 
     # --- coordinator ------------------------------------------------------------------------
     def apply(self, cmd: object) -> Any:

@@ -116,6 +116,9 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # The jitter reordered a worker's offers within one stream: a success offered before its
     # older failures ended the black hole's rebuilt streak early (script fix: streams keep order).
     (6233, {"faults": ("ops", "stall", "blackhole", "restore")}),
+    # A black hole's failure reported late (its worker lost, its attempt counted then) was taken
+    # for one the quarantine should have given back (checker fix).
+    (6397, {"faults": ("ops", "stall", "blackhole", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stops 44 to 47 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""

@@ -1752,8 +1752,12 @@ class Simulation:
                 bad.append(f"cell {inc.cell_id} ended exhausted with {counted} counted attempts of {limit}: "
                            f"{cell.forgiven} given back would have let it run")
                 continue
+            # Not burned either: one whose report came late, its assignment already ended (the
+            # worker lost, a deadline): the core counted it at that end, a fault of its own, and
+            # heard its failure as evidence only (seed 6397 with ops,stall,blackhole,restore).
             burned = sum(1 for tid in cell.attempts
-                         if tid in self.blackhole_attempts and tid not in self.blackhole_never_due)
+                         if tid in self.blackhole_attempts and tid not in self.blackhole_never_due
+                         and not ((t := self.state.attempts[tid]).late and not t.recovered))
             own = len(cell.attempts) - throttled - burned
             if burned and own < limit:  # burned: of streaks due, so another worker succeeded
                 bad.append(f"cell {inc.cell_id} ended exhausted: {burned} of its {len(cell.attempts)} attempts failed "

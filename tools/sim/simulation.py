@@ -723,7 +723,8 @@ class Simulation:
             self.send_to_worker(wid, ("report_ack", attempt_id, out.kind))
         elif kind == "drain_notice":
             out = self.apply(c.WorkerDrained(self.now, wid))
-            self.note(f"coord hears {wid} drains: {out.kind.name}")
+            if out.kind != OutcomeKind.DUPLICATE:
+                self.note(f"coord hears {wid} drains: {out.kind.name}")
         elif kind == "goodbye":
             out = self.apply(c.WorkerGone(self.now, wid))
             self.note(f"coord hears {wid}'s goodbye: {out.kind.name}")
@@ -1308,6 +1309,12 @@ class Simulation:
                     running = sum(len(cells) for cells in w.cells.values())
                     self.worker_step(w, wp.HeartbeatDue(self.now, running, self.degraded_reason.get(wid, "")))
                     self.flush(w)
+                    if w.proto.draining and w.welcomed == w.conn:
+                        # A live stream does not lose its DrainNotice; this network drops frames,
+                        # so it goes again with each heartbeat (the core takes the second as a
+                        # duplicate). Lost for good, the core pushed on to a draining worker,
+                        # each group handed back unstarted, 14 a seed in `--faults ops`.
+                        self.send_to_coordinator(w, ("drain_notice",))
                 self.at(self.now + HEARTBEAT_MS, "heartbeat", wid, epoch)
             elif kind == "cell_done":
                 wid, epoch, aid, tid = args

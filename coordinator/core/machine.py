@@ -242,6 +242,8 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     state.version += 1
     for run in state.runs.values():
         if run.settled:
+            if _to_measure(state, run):
+                fx.append(_offer(run, worker))
             continue
         if run.peak_slots_offered < state.slots_active:
             run.peak_slots_offered = state.slots_active
@@ -268,6 +270,15 @@ def _admission_problem(state: State, cmd: c.WorkerRegistered) -> Outcome | None:
     return rejected(Rejection.CAPACITY_INVALID,
                     f"{cmd.slots} slots need {cmd.slots * p.group_cpu_millis} cpu millis and "
                     f"{cmd.slots * p.group_memory_mb} MB; the worker offers {cmd.cpu_millis} and {cmd.memory_mb}")
+
+
+def _to_measure(state: State, run: RunState) -> bool:
+    """Whether a worker is asked to measure `run`: it has work to dispatch, or, after a restore,
+    a cell without a result that a result a worker kept could still answer. Its offer is judged
+    only once the worker has measured the run: a run that settled before a worker partitioned
+    through the restore came back was never offered to it, and its kept result was asked
+    again for ever (seed 9066 with ops,stall,blackhole,restore)."""
+    return not run.settled or bool(state.epoch) and run.selected_cells < len(run.cells)
 
 
 def _offer(run: RunState, worker: WorkerState) -> OfferRun:
@@ -1264,7 +1275,7 @@ def _heartbeat(state: State, cmd: c.HeartbeatReceived) -> Transition:
         if aid not in worker.assignments:
             fx.append(RevokeAssignment(worker.worker_id, aid, _revoke_reason(state, aid, worker.worker_id)))
     for run in state.runs.values():
-        if not run.settled and run.run_id not in worker.fits:
+        if run.run_id not in worker.fits and _to_measure(state, run):
             fx.append(_offer(run, worker))  # not measured yet: the worker answers once per stream
     durable: tuple = ()
     # What it says of its disk first: a suspected worker's resume fills its free slots, and one

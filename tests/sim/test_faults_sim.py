@@ -119,6 +119,9 @@ def test_the_extra_faults_leave_the_default_scenario_alone() -> None:
     # A black hole's failure reported late (its worker lost, its attempt counted then) was taken
     # for one the quarantine should have given back (checker fix).
     (6397, {"faults": ("ops", "stall", "blackhole", "restore")}),
+    # A kept result's worker came back after its run settled without it: the settled run was
+    # never offered to it to measure, and its offer was asked again for ever (core fix).
+    (9066, {"faults": ("ops", "stall", "blackhole", "restore")}),
 ])
 def test_the_seeds_the_wide_sweep_failed_on_pass(seed: int, kw: dict) -> None:
     """Stops 44 to 47 swept wider (docs/benchmarks.md) and failed these; each mend is kept by its seed."""

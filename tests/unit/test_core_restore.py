@@ -274,6 +274,41 @@ def test_an_offer_for_a_run_the_backup_never_pinned_waits_for_the_workers_measur
     r.assert_replays()
 
 
+def test_a_kept_result_of_a_run_that_settled_without_it_is_adopted_when_its_worker_returns():
+    """Found by `python -m tools.sim --seed 9066 --check --faults ops,stall,blackhole,restore`:
+    the worker that kept a result the restore lost was partitioned through the restore and came
+    back after the run had settled (its attempt counted lost, the cell out of attempts). A
+    settled run was never offered to a worker, so it never measured it, and its offer was asked
+    again for ever. After a restore, a run with a cell without a result is offered too: the
+    worker measures it, and its result is adopted."""
+    from coordinator.core.effects import OfferRun
+    from tests.unit.core_helpers import HEARTBEAT_MS
+
+    k = Core(make_spec(tasks=2, subjects=1), make_policy(max_attempts_per_cell=1))
+    k.register("w1", slots=1)
+    [aid] = k.held("w1")
+    backup = list(k.log)  # w1's group dispatched; its report is in the lost tail
+    [kept] = _finish(k, aid)
+    r = _restored(k, backup)
+    r.register("w2", slots=1)
+    for _ in range(400):  # w1 stays away: it expires, its attempt is lost, w2 runs the rest
+        if r.run.settled:
+            break
+        for a in r.held("w2"):
+            r.report_all(a, OK)
+        r.advance(HEARTBEAT_MS)
+        r.heartbeat("w2")
+        r.tick()
+    cell = r.cell(cell_of_attempt(r.run_id, kept.attempt_id))
+    assert r.run.settled and cell.selected is None, "the cell did not end without a result"
+    t = r.register("w1", slots=1, incarnation=2)
+    assert [e.run_id for e in t.effects if isinstance(e, OfferRun)] == [r.run_id], "the run was not offered"
+    t = _offer(r, kept)
+    assert t.outcome == ACCEPTED, t.outcome
+    assert cell.selected == kept.attempt_id and r.run.selected_cells == 2 and r.run.settled
+    r.assert_replays()
+
+
 def test_a_restore_rebuilds_a_broken_workers_streak_from_its_offers_and_gives_each_attempt_back_once():
     """A black hole's streak lives in the log's tail: a restore loses it with the reports. The
     worker offers its failures back in the order it had them, they rebuild the streak, and the

@@ -767,10 +767,8 @@ class WorkerSession:
         return "welcomed" if welcomed else "failed"
 
     async def _hello_welcome(self, s: _Stream) -> Any:
-        reason = await asyncio.to_thread(self._room)  # the hello says the disk is full: a
-        if reason or not self._outcomes_waiting:  # coordinator restored from an older backup
-            self._set_degraded(reason)  # would dispatch to it at the registration otherwise
-        await s.write_first("hello", self._hello(s.number))
+        await self._look_at_room()  # the hello says a full disk: a coordinator restored from an
+        await s.write_first("hello", self._hello(s.number))  # older backup would dispatch to it
         return await s.call.read()
 
     def _hello(self, stream: int) -> coordinator_pb2.Hello:
@@ -847,9 +845,7 @@ class WorkerSession:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
-            reason = await asyncio.to_thread(self._room)
-            if reason or not self._outcomes_waiting:
-                self._set_degraded(reason)  # said before a group comes that could not start
+            await self._look_at_room()  # said before a group comes that could not start
             # Whether to beat is the protocol's (wp.HeartbeatDue): a worker that holds groups
             # every interval, an idle one only when what it would say changed.
             if self._proto.handle(wp.HeartbeatDue(round(loop.time() * 1000), self._running_cells, self.degraded)):
@@ -1055,6 +1051,13 @@ class WorkerSession:
             return ""
         return (f"the state dir's file system ({self._config.state_dir}) has {free >> 20} MiB free, "
                 f"under min_free_mb {self._config.min_free_mb}: no new cell starts until there is room")
+
+    async def _look_at_room(self) -> None:
+        """Say what the disk has room for now; room again is said only once every outcome held
+        in memory for want of it is stored."""
+        reason = await asyncio.to_thread(self._room)
+        if reason or not self._outcomes_waiting:
+            self._set_degraded(reason)
 
     def _set_degraded(self, reason: str) -> None:
         if reason != self.degraded:

@@ -235,9 +235,7 @@ def _worker_registered(state: State, cmd: c.WorkerRegistered, fx: Fx) -> Outcome
     worker.left_ms = 0
     state.soft.stream_ended_ms.pop(worker.worker_id, None)  # back (within the grace or not)
     if cmd.degraded != worker.degraded:  # its word of its disk, before anything is dispatched to it
-        worker.degraded = cmd.degraded  # (a restored coordinator may not have heard of a full disk)
-        fx.append(Emit("worker_degraded", None, worker.worker_id, f"no new work: {cmd.degraded}") if cmd.degraded
-                  else Emit("worker_undegraded", None, worker.worker_id, "takes work again"))
+        _set_degraded(worker, cmd.degraded, fx)  # (a restored coordinator may not know a full disk)
     _liveness_moved(state)  # a new worker, or one whose status was set above
     state.version += 1
     for run in state.runs.values():
@@ -518,10 +516,7 @@ def _select(state: State, run: RunState, cell: CellState, attempt_id: AttemptId,
     for tid in run.withheld.pop(cell.subject_id, ()):
         other = run.cells[state.attempts[tid].cell_id]
         if other.selected is None:
-            group = run.groups[other.group_index]
-            settled = group.status == GroupStatus.SETTLED
-            _give_back(state, run, other, now)
-            reopened = reopened or (settled and group.status == GroupStatus.WAITING)
+            reopened = _give_back(state, run, other, now) or reopened
     return reopened
 
 
@@ -748,14 +743,13 @@ def _group_finished(state: State, cmd: c.GroupFinished, fx: Fx) -> Outcome:
         return rejected(Rejection.NOT_OWNER, f"assignment {cmd.assignment_id} belongs to {assignment.worker_id}")
     if not assignment.authoritative:
         return DUPLICATE
-    attempts = [state.attempts[tid] for tid in assignment.attempts]
-    if cmd.unstarted and not any(a.reported for a in attempts):
+    if cmd.unstarted and not any(state.attempts[tid].reported for tid in assignment.attempts):
         # Handed back before any of its cells started (pushed while the worker drained): nothing
         # ran, nothing was paid for, so its attempts count against nothing (a report of one would
         # say a cell ran: then the word is not taken).
         run = state.runs[assignment.run_id]
-        for a in attempts:
-            run.cells[a.cell_id].forgiven += 1
+        for tid in assignment.attempts:
+            run.cells[state.attempts[tid].cell_id].forgiven += 1
     _release(state, assignment, cmd.now_ms, "finished by the worker", fx)
     _fill(state, cmd.now_ms, fx)
     return ACCEPTED
@@ -1014,13 +1008,16 @@ def _give_back_or_withhold(state: State, run: RunState, cell: CellState, tid: At
     return False
 
 
-def _give_back(state: State, run: RunState, cell: CellState, now: int) -> None:
+def _give_back(state: State, run: RunState, cell: CellState, now: int) -> bool:
     """One of the cell's attempts no longer counts against it; a group it had settled (out of
-    attempts, or, offered after a restore, lost at its worker's return) waits again."""
+    attempts, or, offered after a restore, lost at its worker's return) waits again. Returns
+    whether it did (the caller fills the free slots)."""
     cell.forgiven += 1
     group = run.groups[cell.group_index]
     if group.status == GroupStatus.SETTLED and cell.selected is None and run.attempts_left(cell):
         _unsettle(state, run, group, now)
+        return True
+    return False
 
 
 def _worker_probed(state: State, cmd: c.WorkerProbed, fx: Fx) -> Outcome:
@@ -1067,15 +1064,20 @@ def _worker_degraded(state: State, cmd: c.WorkerDegraded, fx: Fx) -> Outcome:
         return rejected(Rejection.MALFORMED_FRAME, f"a reason of {len(cmd.reason)} characters")
     if worker.degraded == cmd.reason:
         return DUPLICATE
-    worker.degraded = cmd.reason
+    _set_degraded(worker, cmd.reason, fx)
     state.version += 1
     _refresh_free(state, worker)
-    if cmd.reason:
-        fx.append(Emit("worker_degraded", None, worker.worker_id, f"no new work: {cmd.reason}"))
-    else:
-        fx.append(Emit("worker_undegraded", None, worker.worker_id, "takes work again"))
+    if not cmd.reason:
         _fill(state, cmd.now_ms, fx)
     return ACCEPTED
+
+
+def _set_degraded(worker: WorkerState, reason: str, fx: Fx) -> None:
+    """The worker's word of its disk (a heartbeat's, or its hello's), and the event that says it;
+    the caller refreshes the free list."""
+    worker.degraded = reason
+    fx.append(Emit("worker_degraded", None, worker.worker_id, f"no new work: {reason}") if reason
+              else Emit("worker_undegraded", None, worker.worker_id, "takes work again"))
 
 
 def _worker_drained(state: State, cmd: c.WorkerDrained, fx: Fx) -> Outcome:

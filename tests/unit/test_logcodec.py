@@ -390,6 +390,7 @@ _REPORT = Report(Status.COMPLETED, Execution.COMPLETED, Verification.VALID, Usag
     (1, c.WorkerRegistered(1, "w", 1, 1, "e", owned="abc"), "owned: expected a tuple"),  # type: ignore[arg-type]
     (1, c.WorkerGone(1, "\udc80"), "UTF-8"),
     (1, c.WorkerGone(1, None), "expected a string"),  # type: ignore[arg-type]
+    (1, c.GroupFinished(1, "w", "a", 1), "unstarted: expected a bool"),  # type: ignore[arg-type]
     (1, c.CellReported(1, "w", "a", "g", 1 << 70, _REPORT), "generation"),
     (1, c.CellReported(1, "w", "a", "g", 1, "report"), "expected a Report"),  # type: ignore[arg-type]
     (1, c.CellReported(1, "w", "a", "g", 1, replace(_REPORT, status=99)), "report.status"),  # type: ignore[arg-type]

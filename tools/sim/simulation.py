@@ -1109,17 +1109,13 @@ class Simulation:
                 self.note(f"{w.worker_id} stopped by its host: drains")
                 self.worker_step(w, wp.DrainStarted())
                 self.send_to_coordinator(w, ("drain_notice",))
-                self.extra_stats["drains"] += 1
-                self.drained[w.worker_id] = w.incarnation
-                self.at(self.now + 500, "drain_exit", w.worker_id)
+                self.drain_until_idle(w)
         elif kind == "drain":
             w = self.workers[args[0]]
             out = self.apply(c.WorkerDrained(self.now, w.worker_id))
             self.note(f"operator drains {w.worker_id}: {out.kind.name}")
             if out.ok:
-                self.extra_stats["drains"] += 1
-                self.drained[w.worker_id] = w.incarnation
-                self.at(self.now + 500, "drain_exit", w.worker_id)
+                self.drain_until_idle(w)
         elif kind == "drain_exit":
             w = self.workers[args[0]]
             if not w.alive or w.incarnation != self.drained.get(w.worker_id):
@@ -1176,6 +1172,13 @@ class Simulation:
                 out = self.apply(c.RunRecovered(self.now, self.run_id, cap))
                 self.note(f"operator raises the spend cap to ${cap}: {out.kind.name}")
                 self.extra_stats["cap_raises"] += out.ok
+
+    def drain_until_idle(self, w: SimWorker) -> None:
+        """A drain begun (by the operator or the worker's host): the process exits once it
+        holds nothing (`drain_exit`)."""
+        self.extra_stats["drains"] += 1
+        self.drained[w.worker_id] = w.incarnation
+        self.at(self.now + 500, "drain_exit", w.worker_id)
 
     def ops_dispatch_check(self, e: PushAssignment) -> None:
         """A group is dispatched only to a worker that takes work: not one whose last heartbeat
